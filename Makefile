@@ -1,0 +1,42 @@
+# Ballast: every set-up step a fresh machine needs goes through these targets.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8888
+POLICY ?= scheduler_config/policy.yaml
+
+.PHONY: run test bench lint venv install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Stamp files make re-runs cheap: reinstall only when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+venv: $(BIN)/python
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+run: install
+	$(BIN)/ballast extender --host $(HOST) --port $(PORT) --policy $(POLICY)
+
+test: install-test
+	$(BIN)/python -m pytest
+
+bench: install-test
+	$(BIN)/python -m bench.extender_bench
+
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

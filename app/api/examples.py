@@ -1,0 +1,76 @@
+"""Example bodies for the OpenAPI page: small, real-shaped, and valid against the bundled policy."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _node(name: str, cpu: str, mem: str, hot: str) -> dict[str, Any]:
+    ts = _now()
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": "1",
+            "annotations": {
+                "cpu_usage_avg_5m": f"{cpu},{ts}",
+                "cpu_usage_max_avg_1h": f"{cpu},{ts}",
+                "mem_usage_avg_5m": f"{mem},{ts}",
+                "mem_usage_max_avg_1h": f"{mem},{ts}",
+                "node_hot_value": f"{hot},{ts}",
+            },
+        },
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}},
+    }
+
+
+POD: dict[str, Any] = {
+    "metadata": {
+        "name": "checkout-api-6qm8s",
+        "namespace": "shop",
+        "uid": "5d79de24-8452-478c-9f8a-f8c8e651ba5e",
+    },
+    "spec": {
+        "containers": [
+            {
+                "name": "app",
+                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+            }
+        ]
+    },
+}
+
+
+def filter_example() -> dict[str, Any]:
+    return {
+        "Pod": POD,
+        "Nodes": {
+            "metadata": {},
+            "items": [_node("node-a", "0.30000", "0.40000", "0"), _node("node-b", "0.83000", "0.86000", "4")],
+        },
+        "NodeNames": None,
+    }
+
+
+def names_example() -> dict[str, Any]:
+    return {"Pod": POD, "Nodes": None, "NodeNames": ["node-a", "node-b"]}
+
+
+BIND = {
+    "PodName": "checkout-api-6qm8s",
+    "PodNamespace": "shop",
+    "PodUID": POD["metadata"]["uid"],
+    "Node": "node-a",
+}
+
+PREEMPT = {
+    "Pod": POD,
+    "NodeNameToVictims": None,
+    "NodeNameToMetaVictims": {
+        "node-a": {"Pods": [{"UID": "0b3c6f0e-1111-4d7a-9c55-3e0f0f0f0f0f"}], "NumPDBViolations": 0}
+    },
+}

@@ -1,0 +1,65 @@
+"""Health, readiness, metrics, the active policy and the version: what operators and probes read."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app import __version__
+from app.api.responses import JSONBytes
+from app.api.state import services
+
+router = APIRouter(tags=["operations"])
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat()
+
+
+@router.get("/healthz", summary="Liveness: the process serves requests")
+async def healthz() -> JSONBytes:
+    return JSONBytes({"status": "ok"})
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: policy loaded, caches synced",
+    description="503 with the reasons while the node cache has not synced, or while the last policy reload "
+    "was refused (the service then still runs on its last good policy).",
+)
+async def readyz(request: Request) -> JSONBytes:
+    svc = services(request)
+    problems = [p for check in svc.readiness if (p := check()) is not None]
+    store = svc.store
+    policy = {
+        "source": store.current.source,
+        "generation": store.generation,
+        "loadedAt": _iso(store.loaded_at),
+    }
+    if store.failure is not None:
+        problems.append(f"policy reload refused, running on the last good policy: {store.failure.error}")
+        policy["reloadError"] = store.failure.error
+        policy["reloadFailedAt"] = _iso(store.failure.at)
+    body = {"status": "ok" if not problems else "not ready", "problems": problems, "policy": policy}
+    return JSONBytes(body, status_code=200 if not problems else 503)
+
+
+@router.get("/metrics", summary="Prometheus metrics")
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(services(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/policy", summary="The active policy, normalised (durations in seconds)")
+async def policy(request: Request) -> JSONBytes:
+    store = services(request).store
+    return JSONBytes(
+        {"generation": store.generation, "loadedAt": _iso(store.loaded_at), **store.current.to_json()}
+    )
+
+
+@router.get("/version", summary="Ballast version")
+async def version() -> JSONBytes:
+    return JSONBytes({"version": __version__, "component": "extender"})

@@ -1,0 +1,30 @@
+"""What the routes need, passed in through ``app.state`` rather than imported globals."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from app.extender import Extender
+from app.metrics import ExtenderMetrics
+from app.policy_store import PolicyStore
+
+
+@dataclass
+class Services:
+    store: PolicyStore
+    metrics: ExtenderMetrics
+    extender: Extender
+    cache: Any = None
+    """The watch-driven cluster cache, when the extender runs with cluster access."""
+    binder: Any = None
+    """Creates Bindings (``app.bind``), when the extender runs with cluster access."""
+    readiness: list[Callable[[], str | None]] = field(default_factory=list)
+    """Checks for /readyz: each returns ``None`` when ready, else why not."""
+
+
+def services(request: Request) -> Services:
+    return request.app.state.services

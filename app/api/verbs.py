@@ -1,0 +1,118 @@
+"""The extender verbs kube-scheduler calls. Routes only translate HTTP; decisions live in ``app.extender``.
+
+Every failure becomes a clear answer: 400 with ``{"error", "field", "reason"}`` for a request Ballast
+cannot read, and for an unexpected fault a logged traceback plus an answer kube-scheduler understands
+(``Error`` for filter, an empty score list for prioritize), never a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from app.api import examples
+from app.api.responses import JSONBytes, error
+from app.api.state import services
+from app.wire import BadRequest, parse_extender_args
+
+log = logging.getLogger("ballast.api")
+router = APIRouter(tags=["extender verbs"])
+
+
+def _body_doc(schema: str, examples_: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": f"#/components/schemas/{schema}"},
+                    "examples": {k: {"summary": k, "value": v} for k, v in examples_.items()},
+                }
+            },
+        }
+    }
+
+
+def _responses(model: str) -> dict[int | str, dict[str, Any]]:
+    return {
+        200: {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model}"}}}},
+        400: {
+            "description": "The body could not be used; names the field and the reason",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        },
+    }
+
+
+async def _run(request: Request, verb: str, fn: Callable[[bytes], Any], on_fault: Callable[[str], Any]):
+    svc = services(request)
+    start = time.perf_counter()
+    code = 200
+    try:
+        body = await request.body()
+        result = fn(body)
+        response = JSONBytes(result)
+    except BadRequest as exc:
+        code = 400
+        log.info("%s: bad request: %s", verb, exc)
+        response = error(400, exc.field, exc.reason)
+    except Exception as exc:  # a bug must not become a 500 on the scheduler's critical path
+        log.exception("%s: internal error", verb)
+        response = JSONBytes(on_fault(f"ballast internal error in {verb}: {type(exc).__name__}: {exc}"))
+    svc.metrics.requests.labels(verb, str(code)).inc()
+    svc.metrics.latency.labels(verb).observe(time.perf_counter() - start)
+    return response
+
+
+@router.post(
+    "/filter",
+    summary="Filter nodes by real load",
+    description=(
+        "kube-scheduler's filter call. With `Nodes` (nodeCacheCapable: false) the passing Node objects come "
+        "back unchanged in `Nodes`; with `NodeNames` (nodeCacheCapable: true) the passing names come back in "
+        "`NodeNames`. Rejected nodes are in `FailedNodes` with a reason naming the metric, its value, the "
+        "limit and the value's age."
+    ),
+    openapi_extra=_body_doc(
+        "ExtenderArgs", {"whole nodes": examples.filter_example(), "names only": examples.names_example()}
+    ),
+    responses=_responses("ExtenderFilterResult"),
+    response_class=JSONBytes,
+)
+async def filter_nodes(request: Request):
+    ext = services(request).extender
+    return await _run(
+        request,
+        "filter",
+        lambda body: ext.filter(parse_extender_args(body)),
+        lambda msg: {
+            "Nodes": None,
+            "NodeNames": None,
+            "FailedNodes": {},
+            "FailedAndUnresolvableNodes": {},
+            "Error": msg,
+        },
+    )
+
+
+@router.post(
+    "/prioritize",
+    summary="Score nodes 0..10 by real load",
+    description=(
+        'kube-scheduler\'s prioritize call: `[{"Host": name, "Score": 0..10}]`. The score is crane\'s '
+        "weighted least-used formula minus the hot-value penalty, mapped from 0..100 to 0..10."
+    ),
+    openapi_extra=_body_doc(
+        "ExtenderArgs", {"whole nodes": examples.filter_example(), "names only": examples.names_example()}
+    ),
+    responses=_responses("HostPriorityList"),
+    response_class=JSONBytes,
+)
+async def prioritize_nodes(request: Request):
+    ext = services(request).extender
+    return await _run(
+        request, "prioritize", lambda body: ext.prioritize(parse_extender_args(body)), lambda msg: []
+    )

@@ -1,0 +1,97 @@
+"""``ballast``: one command, a subcommand per program (extender, annotator, agent)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from app import __version__
+from app.logs import LEVELS, setup_logging
+from app.policy import PolicyError, load_policy
+
+log = logging.getLogger("ballast")
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-level", choices=LEVELS, default="info", help="log verbosity (default: info)")
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text for people, json for log pipelines (default: text)",
+    )
+
+
+def _extender_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "extender",
+        help="run the scheduler extender (filter, prioritize, bind, preempt) that kube-scheduler calls",
+        description="Serve kube-scheduler's extender verbs over HTTP. Without cluster access every "
+        "NodeNames-only request passes unscored; give --kubeconfig (or run in a cluster) to serve "
+        "nodeCacheCapable: true and bind.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8888, help="port to listen on")
+    p.add_argument(
+        "--policy",
+        required=True,
+        metavar="FILE",
+        help="DynamicSchedulerPolicy YAML (crane's format); reloaded on SIGHUP or when the file changes",
+    )
+    p.add_argument(
+        "--policy-poll",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often to check the policy file for changes (0 disables; SIGHUP still reloads)",
+    )
+    add_common(p)
+    p.set_defaults(func=run_extender)
+
+
+def run_extender(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as exc:
+        log.error("%s", exc)
+        return 2
+    app = create_app(policy, policy_path=args.policy, policy_poll_seconds=args.policy_poll)
+    log.info(
+        "ballast extender %s listening on %s:%d with policy %s",
+        __version__,
+        args.host,
+        args.port,
+        args.policy,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=args.log_level == "debug")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ballast",
+        description="Ballast: load-aware and topology-aware scheduling for Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"ballast {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    _extender_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"))
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

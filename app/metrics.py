@@ -1,0 +1,60 @@
+"""Prometheus metrics of the extender, on a registry owned by the app (tests build many apps)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ExtenderMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "ballast_extender_requests",
+            "Extender requests by verb and HTTP status code.",
+            ["verb", "code"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "ballast_extender_request_duration_seconds",
+            "Time to answer an extender verb.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.nodes_seen = Counter(
+            "ballast_extender_nodes",
+            "Nodes evaluated by verb.",
+            ["verb"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "ballast_extender_nodes_rejected",
+            "Nodes rejected by filter, by the metric (or 'numa') that rejected them.",
+            ["metric"],
+            registry=r,
+        )
+        self.names_only = Counter(
+            "ballast_extender_names_only_requests",
+            "Requests with only NodeNames answered without a node cache (every node passes).",
+            registry=r,
+        )
+        self.unknown_nodes = Counter(
+            "ballast_extender_unknown_nodes",
+            "Node names the cache did not know (they pass, scored 0).",
+            registry=r,
+        )
+        self.policy_reloads = Counter(
+            "ballast_policy_reloads",
+            "Policy reload attempts by result (ok, error, unchanged).",
+            ["result"],
+            registry=r,
+        )
+        self.policy_ok = Gauge(
+            "ballast_policy_last_reload_ok",
+            "1 when the last policy load succeeded, 0 when it was refused.",
+            registry=r,
+        )
+        self.policy_ok.set(1)

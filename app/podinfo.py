@@ -1,0 +1,82 @@
+"""The few facts about a pod that scheduling decisions need, read once per request."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.quantity import cpu_milli, memory_bytes
+from app.wire import BadRequest
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    daemonset: bool
+    cpu_request_milli: int
+    cpu_limit_milli: int
+    memory_request_bytes: int
+    memory_limit_bytes: int
+
+    @property
+    def key(self) -> str:
+        return self.uid or f"{self.namespace}/{self.name}"
+
+
+def _resources(containers: Any, field: str) -> list[tuple[int, int, int, int]]:
+    if containers is None:
+        return []
+    if not isinstance(containers, list):
+        raise BadRequest(field, "expected a list of containers")
+    out = []
+    for i, c in enumerate(containers):
+        if not isinstance(c, Mapping):
+            raise BadRequest(f"{field}[{i}]", "expected a container object")
+        res = c.get("resources") or {}
+        if not isinstance(res, Mapping):
+            raise BadRequest(f"{field}[{i}].resources", "expected an object")
+        req = res.get("requests") or {}
+        lim = res.get("limits") or {}
+        if not isinstance(req, Mapping) or not isinstance(lim, Mapping):
+            raise BadRequest(f"{field}[{i}].resources", "requests and limits must be objects")
+        try:
+            # The API server defaults requests to limits when only limits are set.
+            cpu_lim = cpu_milli(lim["cpu"]) if "cpu" in lim else 0
+            cpu_req = cpu_milli(req["cpu"]) if "cpu" in req else cpu_lim
+            mem_lim = memory_bytes(lim["memory"]) if "memory" in lim else 0
+            mem_req = memory_bytes(req["memory"]) if "memory" in req else mem_lim
+        except ValueError as exc:
+            raise BadRequest(f"{field}[{i}].resources", str(exc)) from exc
+        out.append((cpu_req, cpu_lim, mem_req, mem_lim))
+    return out
+
+
+def _effective(app: list[tuple[int, ...]], init: list[tuple[int, ...]], idx: int) -> int:
+    """The kubelet's effective pod value: max(sum over app containers, max over init containers)."""
+    return max(sum(c[idx] for c in app), max((c[idx] for c in init), default=0))
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise BadRequest("Pod.spec", "expected an object")
+    owners = meta.get("ownerReferences") or []
+    daemonset = isinstance(owners, list) and any(
+        isinstance(o, Mapping) and o.get("kind") == "DaemonSet" and o.get("controller", False) for o in owners
+    )
+    app = _resources(spec.get("containers"), "Pod.spec.containers")
+    init = _resources(spec.get("initContainers"), "Pod.spec.initContainers")
+    return PodInfo(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        daemonset=daemonset,
+        cpu_request_milli=_effective(app, init, 0),
+        cpu_limit_milli=_effective(app, init, 1),
+        memory_request_bytes=_effective(app, init, 2),
+        memory_limit_bytes=_effective(app, init, 3),
+    )

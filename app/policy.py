@@ -1,0 +1,365 @@
+"""crane's ``DynamicSchedulerPolicy``: model, validation and loading.
+
+The file format is crane-scheduler's (``scheduler.policy.crane.io/v1alpha1``) so an existing policy file
+works unchanged, including its ``maxLimitPecent`` spelling. Validation is strict where crane was silent:
+every mistake is reported with its field path, because a policy that is quietly half-applied (crane
+skipped predicates without a sync period) is worse than one that refuses to start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+
+from app.annotations import EXTRA_ACTIVE_SECONDS
+from app.durations import parse_duration
+
+API_VERSION = "scheduler.policy.crane.io/v1alpha1"
+KIND = "DynamicSchedulerPolicy"
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used; ``problems`` lists ``(field path, reason)`` pairs."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = "; ".join(f"{path}: {reason}" for path, reason in problems)
+        super().__init__(f"invalid policy {source}: {lines}")
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    name: str
+    max_limit: float
+    """Reject when a fresh value is above this ratio; 0 disables the predicate (crane's rule)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Priority:
+    name: str
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class HotValueWindow:
+    time_range: float
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Estimation:
+    """How the extender estimates the load of pods it just placed (see ``app.estimation``)."""
+
+    cpu_factor: float = 0.85
+    memory_factor: float = 0.70
+    default_cpu_milli: int = 250
+    default_memory_bytes: int = 200 * 1024 * 1024
+    ttl: float | None = None
+    """How long an estimate counts at most; ``None`` means the metric's sync period + 5m."""
+    tentative_ttl: float = 30.0
+    """How long a tentative estimate (placed at prioritize, before bind) lives."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    sync_periods: Mapping[str, float]
+    predicates: tuple[Predicate, ...]
+    priorities: tuple[Priority, ...]
+    hot_values: tuple[HotValueWindow, ...]
+    legacy_zone: ZoneInfo | None = None
+    estimation: Estimation = field(default_factory=Estimation)
+    metric_resources: Mapping[str, str] = field(default_factory=dict)
+    """Metric name -> ``cpu`` | ``memory``, for estimation; defaults by name prefix."""
+    source: str = "<memory>"
+    document: Mapping[str, Any] = field(default_factory=dict)
+
+    def valid_for(self, metric: str) -> float:
+        """Seconds a value of ``metric`` stays usable after its timestamp."""
+        return self.sync_periods[metric] + EXTRA_ACTIVE_SECONDS
+
+    def resource_of(self, metric: str) -> str | None:
+        """Which resource a metric measures: explicit mapping first, then crane's naming (cpu_*, mem_*)."""
+        explicit = self.metric_resources.get(metric)
+        if explicit:
+            return explicit
+        if metric.startswith("cpu"):
+            return "cpu"
+        if metric.startswith("mem"):
+            return "memory"
+        return None
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """Every metric the annotator must sync, in policy order."""
+        return tuple(self.sync_periods)
+
+    def to_json(self) -> dict[str, Any]:
+        """The active policy as the ``/policy`` endpoint shows it: normalised values, not the raw file."""
+        return {
+            "source": self.source,
+            "syncPolicy": [{"name": n, "periodSeconds": p} for n, p in self.sync_periods.items()],
+            "predicate": [{"name": p.name, "maxLimitPercent": p.max_limit} for p in self.predicates],
+            "priority": [{"name": p.name, "weight": p.weight} for p in self.priorities],
+            "hotValue": [{"timeRangeSeconds": h.time_range, "count": h.count} for h in self.hot_values],
+            "legacyTimeZone": self.legacy_zone.key if self.legacy_zone else None,
+            "estimation": {
+                "cpuFactor": self.estimation.cpu_factor,
+                "memoryFactor": self.estimation.memory_factor,
+                "defaultCpuMilli": self.estimation.default_cpu_milli,
+                "defaultMemoryBytes": self.estimation.default_memory_bytes,
+                "ttlSeconds": self.estimation.ttl,
+                "tentativeTTLSeconds": self.estimation.tentative_ttl,
+            },
+            "metricResources": {m: self.resource_of(m) for m in self.sync_periods},
+        }
+
+
+class _Checker:
+    """Collects every problem in one pass so an operator fixes a file in one edit, not five restarts."""
+
+    def __init__(self) -> None:
+        self.problems: list[tuple[str, str]] = []
+
+    def fail(self, path: str, reason: str) -> None:
+        self.problems.append((path, reason))
+
+    def mapping(self, value: Any, path: str) -> Mapping[str, Any] | None:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.fail(path, f"expected a mapping, got {type(value).__name__}")
+            return None
+        return value
+
+    def sequence(self, value: Any, path: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.fail(path, f"expected a list, got {type(value).__name__}")
+            return []
+        return value
+
+    def unknown(self, item: Mapping[str, Any], allowed: set[str], path: str) -> None:
+        for key in item:
+            if key not in allowed:
+                self.fail(f"{path}.{key}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+
+    def name(self, item: Mapping[str, Any], path: str) -> str | None:
+        name = item.get("name")
+        if not isinstance(name, str) or not name.strip():
+            self.fail(f"{path}.name", "required, a non-empty metric name")
+            return None
+        return name
+
+    def number(self, value: Any, path: str, lo: float, hi: float) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(path, f"expected a number, got {value!r}")
+            return None
+        if math.isnan(value) or not lo <= value <= hi:
+            allowed = f"at least {lo:g}" if math.isinf(hi) else f"in [{lo:g}, {hi:g}]"
+            self.fail(path, f"{value!r} is out of range: must be {allowed}")
+            return None
+        return float(value)
+
+    def duration(self, value: Any, path: str, positive: bool = True) -> float | None:
+        try:
+            seconds = parse_duration(value) if isinstance(value, str) else None
+        except ValueError as exc:
+            self.fail(path, str(exc))
+            return None
+        if seconds is None:
+            self.fail(path, f"expected a duration string like '3m', got {value!r}")
+            return None
+        if positive and seconds <= 0:
+            self.fail(path, "must be greater than zero")
+            return None
+        return seconds
+
+
+def _quantity(value: Any) -> float:
+    """Tiny quantity reader for the two defaults in ``spec.estimation`` (full parser lives in quantity.py)."""
+    from app.quantity import parse_quantity
+
+    return float(parse_quantity(value))
+
+
+def build_policy(document: Any, source: str = "<memory>") -> Policy:
+    """Validate a parsed policy document and build the immutable ``Policy``, or raise ``PolicyError``."""
+    c = _Checker()
+    if not isinstance(document, Mapping):
+        raise PolicyError(source, [("(document)", "expected a YAML mapping with apiVersion, kind and spec")])
+    api_version = document.get("apiVersion")
+    if api_version is not None and api_version != API_VERSION:
+        c.fail("apiVersion", f"expected {API_VERSION!r}, got {api_version!r}")
+    kind = document.get("kind")
+    if kind is not None and kind != KIND:
+        c.fail("kind", f"expected {KIND!r}, got {kind!r}")
+    c.unknown(document, {"apiVersion", "kind", "metadata", "spec"}, "(document)")
+    spec = c.mapping(document.get("spec"), "spec")
+    if spec is None:
+        raise PolicyError(source, c.problems)
+    c.unknown(
+        spec,
+        {
+            "syncPolicy",
+            "predicate",
+            "priority",
+            "hotValue",
+            "legacyTimeZone",
+            "estimation",
+            "metricResources",
+        },
+        "spec",
+    )
+
+    periods: dict[str, float] = {}
+    for i, item in enumerate(c.sequence(spec.get("syncPolicy"), "spec.syncPolicy")):
+        path = f"spec.syncPolicy[{i}]"
+        if (item := c.mapping(item, path)) is None:
+            continue
+        c.unknown(item, {"name", "period"}, path)
+        name = c.name(item, path)
+        period = c.duration(item.get("period"), f"{path}.period")
+        if name is None or period is None:
+            continue
+        if name in periods:
+            c.fail(f"{path}.name", f"metric {name!r} appears twice in syncPolicy")
+        periods[name] = period
+
+    predicates: list[Predicate] = []
+    for i, item in enumerate(c.sequence(spec.get("predicate"), "spec.predicate")):
+        path = f"spec.predicate[{i}]"
+        if (item := c.mapping(item, path)) is None:
+            continue
+        c.unknown(item, {"name", "maxLimitPecent", "maxLimitPercent"}, path)
+        name = c.name(item, path)
+        if "maxLimitPecent" in item and "maxLimitPercent" in item:
+            c.fail(path, "set either maxLimitPecent (crane's spelling) or maxLimitPercent, not both")
+            continue
+        key = "maxLimitPercent" if "maxLimitPercent" in item else "maxLimitPecent"
+        if key not in item:
+            c.fail(
+                f"{path}.maxLimitPecent", "required: the load ratio in [0, 1] above which a node is rejected"
+            )
+            continue
+        limit = c.number(item[key], f"{path}.{key}", 0.0, 1.0)
+        if name is not None and name not in periods:
+            c.fail(f"{path}.name", f"metric {name!r} has no syncPolicy entry, so its freshness is unknown")
+        if name is not None and limit is not None:
+            predicates.append(Predicate(name, limit))
+
+    priorities: list[Priority] = []
+    for i, item in enumerate(c.sequence(spec.get("priority"), "spec.priority")):
+        path = f"spec.priority[{i}]"
+        if (item := c.mapping(item, path)) is None:
+            continue
+        c.unknown(item, {"name", "weight"}, path)
+        name = c.name(item, path)
+        weight = c.number(item.get("weight"), f"{path}.weight", 0.0, math.inf)
+        if name is not None and name not in periods:
+            c.fail(f"{path}.name", f"metric {name!r} has no syncPolicy entry, so its freshness is unknown")
+        if name is not None and weight is not None:
+            priorities.append(Priority(name, weight))
+
+    hot: list[HotValueWindow] = []
+    for i, item in enumerate(c.sequence(spec.get("hotValue"), "spec.hotValue")):
+        path = f"spec.hotValue[{i}]"
+        if (item := c.mapping(item, path)) is None:
+            continue
+        c.unknown(item, {"timeRange", "count"}, path)
+        time_range = c.duration(item.get("timeRange"), f"{path}.timeRange")
+        count = item.get("count")
+        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+            c.fail(f"{path}.count", f"expected a positive integer, got {count!r}")
+            continue
+        if time_range is not None:
+            hot.append(HotValueWindow(time_range, count))
+
+    zone: ZoneInfo | None = None
+    if (tz := spec.get("legacyTimeZone")) is not None:
+        if not isinstance(tz, str) or not tz:
+            c.fail("spec.legacyTimeZone", f"expected an IANA time zone name like 'Asia/Shanghai', got {tz!r}")
+        else:
+            try:
+                zone = ZoneInfo(tz)
+            except (ZoneInfoNotFoundError, ValueError):
+                c.fail(
+                    "spec.legacyTimeZone", f"unknown time zone {tz!r} (use an IANA name like 'Asia/Shanghai')"
+                )
+
+    estimation = Estimation()
+    est = c.mapping(spec.get("estimation"), "spec.estimation")
+    if est:
+        allowed = {"cpuFactor", "memoryFactor", "defaultCpu", "defaultMemory", "ttl", "tentativeTTL"}
+        c.unknown(est, allowed, "spec.estimation")
+        kw: dict[str, Any] = {}
+        for key, attr in (("cpuFactor", "cpu_factor"), ("memoryFactor", "memory_factor")):
+            if key in est and (v := c.number(est[key], f"spec.estimation.{key}", 0.0, 10.0)) is not None:
+                kw[attr] = v
+        for key, attr, scale in (
+            ("defaultCpu", "default_cpu_milli", 1000),
+            ("defaultMemory", "default_memory_bytes", 1),
+        ):
+            if key in est:
+                try:
+                    kw[attr] = int(_quantity(est[key]) * scale)
+                except ValueError as exc:
+                    c.fail(f"spec.estimation.{key}", str(exc))
+        if "ttl" in est and (v := c.duration(est["ttl"], "spec.estimation.ttl")) is not None:
+            kw["ttl"] = v
+        if "tentativeTTL" in est and (v := c.duration(est["tentativeTTL"], "spec.estimation.tentativeTTL")):
+            kw["tentative_ttl"] = v
+        estimation = Estimation(**kw)
+
+    resources: dict[str, str] = {}
+    mr = c.mapping(spec.get("metricResources"), "spec.metricResources")
+    for metric, res in (mr or {}).items():
+        if res not in ("cpu", "memory"):
+            c.fail(f"spec.metricResources.{metric}", f"expected 'cpu' or 'memory', got {res!r}")
+        elif metric not in periods:
+            c.fail(f"spec.metricResources.{metric}", f"metric {metric!r} has no syncPolicy entry")
+        else:
+            resources[metric] = res
+
+    if c.problems:
+        raise PolicyError(source, c.problems)
+    return Policy(
+        sync_periods=periods,
+        predicates=tuple(predicates),
+        priorities=tuple(priorities),
+        hot_values=tuple(hot),
+        legacy_zone=zone,
+        estimation=estimation,
+        metric_resources=resources,
+        source=source,
+        document=dict(document),
+    )
+
+
+def parse_policy(text: str, source: str = "<memory>") -> Policy:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
+        raise PolicyError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from exc
+    return build_policy(document, source)
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate a policy file; every failure is a ``PolicyError`` naming the file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(str(p), [("(file)", f"cannot read: {exc.strerror or exc}")]) from exc
+    except UnicodeDecodeError as exc:
+        raise PolicyError(str(p), [("(file)", f"not UTF-8 text: {exc}")]) from exc
+    return parse_policy(text, str(p))

@@ -1,0 +1,96 @@
+"""Holds the active policy and reloads it on SIGHUP or when the file changes.
+
+A bad reload never replaces a good policy: the service keeps deciding with the last good one, logs
+why the new file was refused, and reports the failure on ``/readyz`` and in a metric until a good
+file arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.metrics import ExtenderMetrics
+from app.policy import Policy, PolicyError, load_policy
+
+log = logging.getLogger("ballast.policy")
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadFailure:
+    error: str
+    at: float
+
+
+class PolicyStore:
+    def __init__(
+        self, policy: Policy, path: str | Path | None = None, metrics: ExtenderMetrics | None = None
+    ):
+        self._policy = policy
+        self.path = Path(path) if path else None
+        self.generation = 1
+        self.loaded_at = time.time()
+        self.failure: ReloadFailure | None = None
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._stamp = self._file_stamp()
+        self._listeners: list = []
+
+    @property
+    def current(self) -> Policy:
+        return self._policy
+
+    def on_change(self, callback) -> None:
+        """Call ``callback(policy)`` after every successful reload (caches reparse annotations)."""
+        self._listeners.append(callback)
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        if self.path is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def set(self, policy: Policy) -> None:
+        with self._lock:
+            self._policy = policy
+            self.generation += 1
+            self.loaded_at = time.time()
+            self.failure = None
+        if self._metrics:
+            self._metrics.policy_ok.set(1)
+        for cb in self._listeners:
+            cb(policy)
+
+    def reload(self, reason: str = "requested") -> bool:
+        """Load the file again; return True when a new policy is active."""
+        if self.path is None:
+            return False
+        self._stamp = self._file_stamp()
+        try:
+            policy = load_policy(self.path)
+        except PolicyError as exc:
+            with self._lock:
+                self.failure = ReloadFailure(str(exc), time.time())
+            log.error("policy reload (%s) refused, keeping the last good policy: %s", reason, exc)
+            if self._metrics:
+                self._metrics.policy_reloads.labels("error").inc()
+                self._metrics.policy_ok.set(0)
+            return False
+        self.set(policy)
+        log.info("policy reloaded (%s) from %s, generation %d", reason, self.path, self.generation)
+        if self._metrics:
+            self._metrics.policy_reloads.labels("ok").inc()
+        return True
+
+    def reload_if_changed(self) -> bool:
+        stamp = self._file_stamp()
+        if stamp is None or stamp == self._stamp:
+            return False
+        return self.reload("file changed")

@@ -1,0 +1,213 @@
+"""The kube-scheduler extender v1 wire format: fast request reading, and models for the docs.
+
+Requests are parsed with orjson and only the fields Ballast uses are read; the pydantic models below
+exist for the OpenAPI page and are never built on the request path (a 5000-node request would spend
+most of its time constructing them). Field names are the Go field names (no json tags upstream);
+the scheduler's Go decoder is case-insensitive, so lowercase request keys are accepted too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class BadRequest(ValueError):
+    """A request Ballast cannot use; answered with HTTP 400 naming ``field`` and ``reason``."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+    def to_json(self) -> dict[str, str]:
+        return {"error": f"{self.field}: {self.reason}", "field": self.field, "reason": self.reason}
+
+
+def load_json(body: bytes) -> Any:
+    if not body:
+        raise BadRequest("(body)", "empty body; expected a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest("(body)", f"not valid JSON: {exc}") from exc
+
+
+def _fold(doc: Any, what: str) -> dict[str, Any]:
+    """Top-level keys case-insensitively, as Go's decoder matches them."""
+    if not isinstance(doc, dict):
+        raise BadRequest("(body)", f"expected a JSON object ({what}), got {type(doc).__name__}")
+    return {k.lower(): v for k, v in doc.items()}
+
+
+def _pod(folded: Mapping[str, Any]) -> dict[str, Any]:
+    pod = folded.get("pod")
+    if pod is None:
+        raise BadRequest("Pod", "required: the pod being scheduled")
+    if not isinstance(pod, dict):
+        raise BadRequest("Pod", f"expected an object, got {type(pod).__name__}")
+    meta = pod.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise BadRequest("Pod.metadata", f"expected an object, got {type(meta).__name__}")
+    return pod
+
+
+@dataclass(slots=True)
+class ExtenderArgs:
+    pod: dict[str, Any]
+    nodes: list[dict[str, Any]] | None
+    """Whole Node objects (``nodeCacheCapable: false``)."""
+    node_names: list[str] | None
+    """Names only (``nodeCacheCapable: true``)."""
+
+    def names(self) -> list[str]:
+        if self.nodes is not None:
+            return [node_name(n) for n in self.nodes]
+        return list(self.node_names or [])
+
+
+def node_name(node: Mapping[str, Any]) -> str:
+    meta = node.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def parse_extender_args(body: bytes, require_nodes: bool = True) -> ExtenderArgs:
+    """Read ExtenderArgs (filter, prioritize). Raises ``BadRequest`` naming the field at fault."""
+    folded = _fold(load_json(body), "ExtenderArgs")
+    pod = _pod(folded)
+    nodes_obj = folded.get("nodes")
+    nodes: list[dict[str, Any]] | None = None
+    if nodes_obj is not None:
+        if not isinstance(nodes_obj, dict):
+            raise BadRequest("Nodes", f"expected a NodeList object, got {type(nodes_obj).__name__}")
+        items = nodes_obj.get("items")
+        if items is None:
+            items = []
+        if not isinstance(items, list):
+            raise BadRequest("Nodes.items", f"expected a list, got {type(items).__name__}")
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise BadRequest(f"Nodes.items[{i}]", f"expected a Node object, got {type(item).__name__}")
+            meta = item.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+                raise BadRequest(f"Nodes.items[{i}].metadata.name", "required: a string")
+            ann = meta.get("annotations")
+            if ann is not None and not isinstance(ann, dict):
+                raise BadRequest(f"Nodes.items[{i}].metadata.annotations", "expected an object")
+        nodes = items
+    names_obj = folded.get("nodenames")
+    names: list[str] | None = None
+    if names_obj is not None:
+        if not isinstance(names_obj, list):
+            raise BadRequest("NodeNames", f"expected a list of strings, got {type(names_obj).__name__}")
+        for i, n in enumerate(names_obj):
+            if not isinstance(n, str):
+                raise BadRequest(f"NodeNames[{i}]", f"expected a string, got {type(n).__name__}")
+        names = names_obj
+    if require_nodes and nodes is None and names is None:
+        raise BadRequest("Nodes", "either Nodes (nodeCacheCapable: false) or NodeNames (true) is required")
+    return ExtenderArgs(pod, nodes, names)
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Models for the OpenAPI page only (see module docstring).
+
+_OPEN = ConfigDict(extra="allow")
+
+
+class ObjectMeta(BaseModel):
+    model_config = _OPEN
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resourceVersion: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    ownerReferences: list[dict[str, Any]] | None = None
+
+
+class KubeObject(BaseModel):
+    """A Kubernetes object (Pod or Node); only ``metadata`` is described, every other field passes."""
+
+    model_config = _OPEN
+    metadata: ObjectMeta | None = None
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+
+class NodeList(BaseModel):
+    model_config = _OPEN
+    metadata: dict[str, Any] | None = None
+    items: list[KubeObject] | None = None
+
+
+class ExtenderArgsModel(BaseModel):
+    """Body of ``filter`` and ``prioritize`` (k8s.io/kube-scheduler/extender/v1 ExtenderArgs)."""
+
+    model_config = ConfigDict(title="ExtenderArgs")
+    Pod: KubeObject
+    Nodes: NodeList | None = Field(None, description="Whole nodes, sent when nodeCacheCapable is false")
+    NodeNames: list[str] | None = Field(None, description="Node names, sent when nodeCacheCapable is true")
+
+
+class ExtenderFilterResult(BaseModel):
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] = Field(default_factory=dict, description="node -> reason (Unschedulable)")
+    FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
+    Error: str = ""
+
+
+class HostPriority(BaseModel):
+    Host: str
+    Score: int = Field(ge=0, le=10)
+
+
+class ExtenderBindingArgs(BaseModel):
+    PodName: str
+    PodNamespace: str
+    PodUID: str
+    Node: str
+
+
+class ExtenderBindingResult(BaseModel):
+    Error: str = ""
+
+
+class MetaPod(BaseModel):
+    UID: str
+
+
+class MetaVictims(BaseModel):
+    Pods: list[MetaPod] = Field(default_factory=list)
+    NumPDBViolations: int = 0
+
+
+class Victims(BaseModel):
+    Pods: list[KubeObject] = Field(default_factory=list)
+    NumPDBViolations: int = 0
+
+
+class ExtenderPreemptionArgs(BaseModel):
+    Pod: KubeObject
+    NodeNameToVictims: dict[str, Victims] | None = None
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None
+
+
+class ExtenderPreemptionResult(BaseModel):
+    NodeNameToMetaVictims: dict[str, MetaVictims] = Field(default_factory=dict)
+
+
+class ErrorBody(BaseModel):
+    error: str
+    field: str
+    reason: str

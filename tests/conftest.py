@@ -1,0 +1,48 @@
+"""Shared fixtures: the bundled policy, the captured kube-scheduler requests, a pinned clock."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from app.policy import Policy, load_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICY_FILE = ROOT / "scheduler_config" / "policy.yaml"
+
+
+def _fixtures_dir() -> Path:
+    """The captured requests live in ``shared/fixtures/extender`` beside the clone (CI has it there)."""
+    env = os.environ.get("BALLAST_FIXTURES")
+    candidates = [Path(env)] if env else []
+    candidates += [ROOT.parent / "shared" / "fixtures" / "extender", ROOT / "tests" / "fixtures" / "extender"]
+    for c in candidates:
+        if c.is_dir():
+            return c
+    raise RuntimeError(
+        "kube-scheduler request fixtures not found: expected ../shared/fixtures/extender beside the clone "
+        "or BALLAST_FIXTURES pointing at them"
+    )
+
+
+FIXTURES = _fixtures_dir()
+CAPTURE_TIME = datetime(2026, 11, 22, 7, 39, 30, tzinfo=UTC).timestamp()
+"""The fixtures were captured between 07:38 and 07:40 UTC; their annotations are fresh at this time."""
+
+
+def fixture_files(mode: str | None = None) -> list[Path]:
+    dirs = [FIXTURES / mode] if mode else [FIXTURES / "full-nodes", FIXTURES / "node-names"]
+    return sorted(p for d in dirs for p in d.glob("*.json"))
+
+
+def read_fixture(rel: str) -> dict:
+    return json.loads((FIXTURES / rel).read_text())
+
+
+@pytest.fixture
+def policy() -> Policy:
+    return load_policy(POLICY_FILE)

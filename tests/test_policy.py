@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.policy import PolicyError, load_policy, parse_policy
+from tests.conftest import POLICY_FILE
+
+BASE = """
+apiVersion: scheduler.policy.crane.io/v1alpha1
+kind: DynamicSchedulerPolicy
+spec:
+  syncPolicy:
+    - {name: cpu_usage_avg_5m, period: 3m}
+    - {name: mem_usage_avg_5m, period: 3m}
+"""
+
+
+def test_bundled_policy_is_cranes_default() -> None:
+    p = load_policy(POLICY_FILE)
+    assert p.sync_periods == {
+        "cpu_usage_avg_5m": 180,
+        "cpu_usage_max_avg_1h": 900,
+        "cpu_usage_max_avg_1d": 10800,
+        "mem_usage_avg_5m": 180,
+        "mem_usage_max_avg_1h": 900,
+        "mem_usage_max_avg_1d": 10800,
+    }
+    assert [(x.name, x.max_limit) for x in p.predicates] == [
+        ("cpu_usage_avg_5m", 0.65),
+        ("cpu_usage_max_avg_1h", 0.75),
+        ("mem_usage_avg_5m", 0.65),
+        ("mem_usage_max_avg_1h", 0.75),
+    ]
+    assert [x.weight for x in p.priorities] == [0.2, 0.3, 0.5, 0.2, 0.3, 0.5]
+    assert [(h.time_range, h.count) for h in p.hot_values] == [(300, 5), (60, 2)]
+    assert p.valid_for("cpu_usage_avg_5m") == 180 + 300
+    assert p.resource_of("mem_usage_max_avg_1d") == "memory"
+
+
+def test_both_spellings_of_the_limit() -> None:
+    p = parse_policy(
+        BASE + "  predicate:\n    - {name: cpu_usage_avg_5m, maxLimitPercent: 0.5}\n"
+        "    - {name: mem_usage_avg_5m, maxLimitPecent: 0.6}\n"
+    )
+    assert [(x.name, x.max_limit) for x in p.predicates] == [
+        ("cpu_usage_avg_5m", 0.5),
+        ("mem_usage_avg_5m", 0.6),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "path", "reason"),
+    [
+        (
+            "  predicate:\n    - {name: disk_usage, maxLimitPecent: 0.5}\n",
+            "spec.predicate[0].name",
+            "no syncPolicy",
+        ),
+        ("  priority:\n    - {name: gpu_usage, weight: 1}\n", "spec.priority[0].name", "no syncPolicy"),
+        (
+            "  priority:\n    - {name: cpu_usage_avg_5m, weight: -1}\n",
+            "spec.priority[0].weight",
+            "must be at least 0",
+        ),
+        (
+            "  priority:\n    - {name: cpu_usage_avg_5m, weight: heavy}\n",
+            "spec.priority[0].weight",
+            "expected a number",
+        ),
+        (
+            "  predicate:\n    - {name: cpu_usage_avg_5m, maxLimitPecent: 65}\n",
+            "spec.predicate[0].maxLimitPecent",
+            "must be in [0, 1]",
+        ),
+        (
+            "  predicate:\n    - {name: cpu_usage_avg_5m, maxLimitPecent: -0.1}\n",
+            "spec.predicate[0].maxLimitPecent",
+            "out of range",
+        ),
+        ("  predicate:\n    - {name: cpu_usage_avg_5m}\n", "spec.predicate[0].maxLimitPecent", "required"),
+        (
+            "  predicate:\n    - {name: cpu_usage_avg_5m, maxLimitPecent: 0.5, maxLimitPercent: 0.5}\n",
+            "spec.predicate[0]",
+            "not both",
+        ),
+        (
+            "  predicate:\n    - {name: cpu_usage_avg_5m, maxLimitPrecent: 0.5}\n",
+            "spec.predicate[0].maxLimitPrecent",
+            "unknown field",
+        ),
+        (
+            "  hotValue:\n    - {timeRange: 5 minutes, count: 5}\n",
+            "spec.hotValue[0].timeRange",
+            "invalid duration",
+        ),
+        ("  hotValue:\n    - {timeRange: 5m, count: 0}\n", "spec.hotValue[0].count", "positive integer"),
+        ("  legacyTimeZone: Mars/Olympus\n", "spec.legacyTimeZone", "unknown time zone"),
+        ("  estimation: {cpuFactor: 2x}\n", "spec.estimation.cpuFactor", "expected a number"),
+        ("  estimation: {defaultCpu: lots}\n", "spec.estimation.defaultCpu", "invalid quantity"),
+        (
+            "  metricResources: {cpu_usage_avg_5m: gpu}\n",
+            "spec.metricResources.cpu_usage_avg_5m",
+            "'cpu' or 'memory'",
+        ),
+        ("  surprise: 1\n", "spec.surprise", "unknown field"),
+    ],
+)
+def test_validation_errors_name_the_field(extra: str, path: str, reason: str) -> None:
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(BASE + extra, "p.yaml")
+    assert any(p == path and reason in r for p, r in exc.value.problems), exc.value.problems
+    assert str(exc.value).startswith("invalid policy p.yaml: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "reason"),
+    [
+        (BASE.replace("period: 3m}", "period: soon}", 1), "spec.syncPolicy[0].period", "invalid duration"),
+        (BASE.replace("period: 3m}", "period: 0s}", 1), "spec.syncPolicy[0].period", "greater than zero"),
+        (BASE.replace("mem_usage_avg_5m", "cpu_usage_avg_5m"), "spec.syncPolicy[1].name", "appears twice"),
+        (BASE.replace("scheduler.policy.crane.io/v1alpha1", "v1"), "apiVersion", "expected"),
+        (BASE.replace("DynamicSchedulerPolicy", "ConfigMap"), "kind", "expected"),
+        ("spec: [1, 2]\n", "spec", "expected a mapping"),
+        ("- 1\n", "(document)", "expected a YAML mapping"),
+        ("spec: {syncPolicy: [{name: a, period: 3m}\n", "line", "not valid YAML"),
+    ],
+)
+def test_document_level_errors(text: str, path: str, reason: str) -> None:
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(text)
+    assert any(p.startswith(path) and reason in r for p, r in exc.value.problems), exc.value.problems
+
+
+def test_all_problems_reported_at_once() -> None:
+    text = BASE + "  priority:\n    - {name: x, weight: -1}\n  hotValue:\n    - {timeRange: 5m, count: -1}\n"
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(text)
+    paths = {p for p, _ in exc.value.problems}
+    assert {"spec.priority[0].name", "spec.priority[0].weight", "spec.hotValue[0].count"} <= paths
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError) as exc:
+        load_policy(tmp_path / "nope.yaml")
+    assert "nope.yaml" in str(exc.value) and "cannot read" in str(exc.value)
+
+
+def test_estimation_settings() -> None:
+    p = parse_policy(
+        BASE + "  estimation: {cpuFactor: 1.0, memoryFactor: 0.5, defaultCpu: 100m, defaultMemory: 64Mi, "
+        "ttl: 10m, tentativeTTL: 15s}\n  metricResources: {mem_usage_avg_5m: memory}\n"
+    )
+    e = p.estimation
+    assert (e.cpu_factor, e.memory_factor, e.default_cpu_milli, e.default_memory_bytes) == (
+        1.0,
+        0.5,
+        100,
+        64 << 20,
+    )
+    assert (e.ttl, e.tentative_ttl) == (600, 15)

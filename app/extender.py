@@ -9,8 +9,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from cachetools import LRUCache
-
 from app.load import check_node, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
@@ -52,8 +50,10 @@ class Extender:
         self.source = source
         self.overlay = overlay
         self.clock = clock
-        self._parsed: LRUCache[tuple[str, str], NodeLoad] = LRUCache(maxsize=50_000)
+        self._parsed: dict[str, NodeLoad] = {}
+        """Whole-node mode: the last parse of each node by name, reused while its resourceVersion holds."""
         self._warned_names_only = False
+        self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize")}
         store.on_change(lambda _p: self._parsed.clear())
 
     # -- node lookup --------------------------------------------------------------------------------
@@ -64,11 +64,12 @@ class Extender:
         rv = meta.get("resourceVersion")
         if not isinstance(rv, str) or not rv:
             return parse_node(node, policy)
-        key = (meta["name"], rv)
-        load = self._parsed.get(key)
-        if load is None:
+        load = self._parsed.get(meta["name"])
+        if load is None or load.resource_version != rv:
             load = parse_node(node, policy)
-            self._parsed[key] = load
+            if len(self._parsed) > 200_000:  # bound memory if names churn without end
+                self._parsed.clear()
+            self._parsed[load.name] = load
         return load
 
     def _from_name(self, name: str) -> NodeLoad | None:
@@ -102,7 +103,7 @@ class Extender:
         pod = pod_info(args.pod)
         failed: dict[str, str] = {}
         if args.nodes is not None:
-            self.metrics.nodes_seen.labels("filter").inc(len(args.nodes))
+            self._seen["filter"].inc(len(args.nodes))
             passing_nodes: list[dict[str, Any]] = []
             for node in args.nodes:
                 if pod.daemonset:
@@ -123,7 +124,7 @@ class Extender:
                 "Error": "",
             }
         names = args.node_names or []
-        self.metrics.nodes_seen.labels("filter").inc(len(names))
+        self._seen["filter"].inc(len(names))
         if self.source is None:
             self._names_only_without_cache()
             passing = list(names)
@@ -156,11 +157,11 @@ class Extender:
         out: list[dict[str, Any]] = []
         best: tuple[int, str] | None = None
         if args.nodes is not None:
-            self.metrics.nodes_seen.labels("prioritize").inc(len(args.nodes))
+            self._seen["prioritize"].inc(len(args.nodes))
             loads: list[NodeLoad | None] = [self._from_object(n, policy) for n in args.nodes]
         else:
             names = args.node_names or []
-            self.metrics.nodes_seen.labels("prioritize").inc(len(names))
+            self._seen["prioritize"].inc(len(names))
             if self.source is None:
                 self._names_only_without_cache()
                 return [{"Host": name, "Score": 0} for name in names]

@@ -56,15 +56,14 @@ def check_node(
     load: NodeLoad, policy: Policy, now: float, extra: Mapping[str, float] = _NO_EXTRA
 ) -> Rejection | None:
     """Return why the node is overloaded, or ``None`` when it passes."""
-    for pred in policy.predicates:
-        if pred.max_limit == 0:
+    samples = load.samples
+    for name, limit, valid, resource in policy.predicate_plan:
+        sample = samples.get(name)
+        if sample is None or sample.timestamp + valid <= now:
             continue
-        sample = load.samples.get(pred.name)
-        if sample is None or not sample.is_fresh(now, policy.valid_for(pred.name)):
-            continue
-        add = extra.get(policy.resource_of(pred.name) or "", 0.0) if extra else 0.0
-        if sample.value + add > pred.max_limit:
-            return Rejection(pred.name, sample.value, add, pred.max_limit, sample.age(now))
+        add = extra.get(resource, 0.0) if extra else 0.0
+        if sample.value + add > limit:
+            return Rejection(name, sample.value, add, limit, now - sample.timestamp)
     return None
 
 
@@ -124,20 +123,19 @@ def score_node(
     total = 0.0
     weights = 0.0
     terms: list[ScoreTerm] = []
-    for prio in policy.priorities:
-        sample = load.samples.get(prio.name)
-        fresh = sample is not None and sample.is_fresh(now, policy.valid_for(prio.name))
-        add = extra.get(policy.resource_of(prio.name) or "", 0.0) if extra else 0.0
+    samples = load.samples
+    for name, weight, valid, resource in policy.priority_plan:
+        sample = samples.get(name)
+        fresh = sample is not None and sample.timestamp + valid > now
+        add = extra.get(resource, 0.0) if extra else 0.0
         contribution = 0.0
-        if fresh and sample is not None:
-            used = min(1.0, sample.value + add)
-            contribution = (1.0 - used) * prio.weight * 100.0
+        if fresh:
+            used = min(1.0, sample.value + add)  # type: ignore[union-attr]
+            contribution = (1.0 - used) * weight * 100.0
             total += contribution
-            weights += prio.weight
+            weights += weight
         if explain:
-            terms.append(
-                ScoreTerm(prio.name, prio.weight, sample.value if sample else None, add, fresh, contribution)
-            )
+            terms.append(ScoreTerm(name, weight, sample.value if sample else None, add, fresh, contribution))
     raw = int(total / weights) if weights > 0 else 0
     hot = 0.0
     if load.hot is not None and load.hot.is_fresh(now, HOT_VALUE_VALID_SECONDS):

@@ -79,6 +79,24 @@ class Policy:
     """Metric name -> ``cpu`` | ``memory``, for estimation; defaults by name prefix."""
     source: str = "<memory>"
     document: Mapping[str, Any] = field(default_factory=dict)
+    predicate_plan: tuple[tuple[str, float, float, str], ...] = field(init=False, repr=False, compare=False)
+    """(metric, limit, seconds valid, resource) per enabled predicate: what ``check_node`` loops over."""
+    priority_plan: tuple[tuple[str, float, float, str], ...] = field(init=False, repr=False, compare=False)
+    """(metric, weight, seconds valid, resource) per priority: what ``score_node`` loops over."""
+
+    def __post_init__(self) -> None:
+        # Precomputed once per policy so the per-node request path is plain tuple iteration.
+        preds = tuple(
+            (p.name, p.max_limit, self.valid_for(p.name), self.resource_of(p.name) or "")
+            for p in self.predicates
+            if p.max_limit != 0
+        )
+        prios = tuple(
+            (p.name, p.weight, self.valid_for(p.name), self.resource_of(p.name) or "")
+            for p in self.priorities
+        )
+        object.__setattr__(self, "predicate_plan", preds)
+        object.__setattr__(self, "priority_plan", prios)
 
     def valid_for(self, metric: str) -> float:
         """Seconds a value of ``metric`` stays usable after its timestamp."""

@@ -1,0 +1,390 @@
+"""Kubernetes API access through the official ``kubernetes`` client, as plain JSON.
+
+Two things live here because every Ballast program needs them:
+
+- ``Kube``: get/list/create/patch/post with dicts in and dicts out. It goes through the official client's
+  configuration, authentication and TLS (``ApiClient.param_serialize`` + ``call_api``) but skips its model
+  deserialisation, which costs far more than the decisions Ballast makes with the objects. Errors become
+  ``ApiError`` carrying the API server's ``Status`` (code, reason, message).
+- ``Reflector``: list + watch of one collection with resourceVersion, bookmarks, ``410 Gone`` -> relist,
+  reconnects with capped exponential backoff and a periodic relist, feeding a handler. It is client-go's
+  reflector in miniature; callers do their per-object parsing in the handler, when events arrive.
+
+Patches always name their content type: client v37 defaults every PATCH to ``json-patch+json``, which a
+merge-patch body would violate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import orjson
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger("ballast.kube")
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+class KubeConfigError(RuntimeError):
+    """No usable cluster configuration; the message says what was tried."""
+
+
+class ApiError(Exception):
+    """A failed API call, with the API server's Status fields when it sent one."""
+
+    def __init__(self, code: int, reason: str, message: str, body: Mapping[str, Any] | None = None) -> None:
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+        super().__init__(f"{code} {reason}: {message}")
+
+
+def cluster_configured(kubeconfig: str | None) -> bool:
+    """Whether any cluster access is configured: a flag, ``KUBECONFIG``, or in-cluster service account."""
+    return bool(kubeconfig or os.environ.get("KUBECONFIG") or os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
+    """Build an ApiClient from an explicit kubeconfig, else ``KUBECONFIG``, else the in-cluster account."""
+    cfg = k8s_client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if path:
+            k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=cfg)
+        else:
+            raise KubeConfigError(
+                "no cluster configuration: pass --kubeconfig, set KUBECONFIG, "
+                "or run in a pod with a service account"
+            )
+    except KubeConfigError:
+        raise
+    except Exception as exc:  # the loaders raise several unrelated types
+        where = f"kubeconfig {path}" if path else "in-cluster service account"
+        raise KubeConfigError(f"cannot load {where}: {exc}") from exc
+    return k8s_client.ApiClient(cfg)
+
+
+def _api_error(status: int, reason: str, data: bytes | None) -> ApiError:
+    body: dict[str, Any] = {}
+    if data:
+        try:
+            parsed = orjson.loads(data)
+            if isinstance(parsed, dict):
+                body = parsed
+        except orjson.JSONDecodeError:
+            pass
+    message = body.get("message") or (data.decode("utf-8", "replace")[:500] if data else "") or reason
+    return ApiError(
+        int(body.get("code") or status), str(body.get("reason") or reason or ""), str(message), body
+    )
+
+
+class Kube:
+    """JSON requests to the API server through an official ``ApiClient``."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, timeout: float = 10.0) -> None:
+        self.api_client = api_client
+        self.timeout = timeout
+
+    def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: Any = None,
+    ):
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        req = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            return self.api_client.call_api(
+                *req, _request_timeout=timeout if timeout is not None else self.timeout
+            )
+        except ApiException as exc:
+            raise _api_error(
+                exc.status or 0, exc.reason or "", exc.body if isinstance(exc.body, bytes) else None
+            ) from exc
+        except Exception as exc:  # connection refused, timeouts, TLS: no HTTP status at all
+            raise ApiError(0, "Unavailable", f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        resp = self._open(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        data = resp.read()
+        if not 200 <= resp.status < 300:
+            raise _api_error(resp.status, resp.reason or "", data)
+        if not data:
+            return {}
+        try:
+            out = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(resp.status, "BadResponse", f"{method} {path}: response is not JSON") from exc
+        return out if isinstance(out, dict) else {"items": out}
+
+    def get(self, path: str, query: Mapping[str, str] | None = None) -> dict[str, Any]:
+        return self.request("GET", path, query=query)
+
+    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("POST", path, body=body)
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("PUT", path, body=body)
+
+    def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    def json_patch(self, path: str, ops: list[Mapping[str, Any]]) -> dict[str, Any]:
+        return self.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+
+    def delete(self, path: str) -> dict[str, Any]:
+        return self.request("DELETE", path)
+
+    def list_all(
+        self, path: str, params: Mapping[str, str] | None = None, page: int = 500
+    ) -> tuple[list, str]:
+        """List a collection, following ``continue`` tokens; returns (items, resourceVersion)."""
+        items: list[dict[str, Any]] = []
+        query = dict(params or {})
+        query["limit"] = str(page)
+        while True:
+            out = self.get(path, query)
+            items.extend(out.get("items") or [])
+            meta = out.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+            query["continue"] = token
+
+    def watch(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        timeout_seconds: int,
+        stop: threading.Event | None = None,
+        on_open: Any = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Yield watch events (``{"type", "object"}``) until the server ends the stream."""
+        query = dict(params)
+        query.update({"watch": "true", "timeoutSeconds": str(timeout_seconds)})
+        resp = self._open("GET", path, query=query, timeout=(self.timeout, timeout_seconds + 30))
+        if not 200 <= resp.status < 300:
+            raise _api_error(resp.status, resp.reason or "", resp.read())
+        raw = resp.response
+        if on_open is not None:
+            on_open(raw)
+        buf = b""
+        try:
+            for chunk in raw.stream(64 * 1024, decode_content=True):
+                if stop is not None and stop.is_set():
+                    return
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl], buf[nl + 1 :]
+                    if line.strip():
+                        yield orjson.loads(line)
+            if buf.strip():
+                yield orjson.loads(buf)
+        finally:
+            raw.release_conn()
+
+
+def path_for(api_version: str, plural: str, namespace: str | None = None, name: str | None = None) -> str:
+    """REST path of a collection or object: ``/api/v1/...`` for core, ``/apis/<group>/<version>/...`` else."""
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    if namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{plural}"
+    if name:
+        base += f"/{quote(name, safe='')}"
+    return base
+
+
+class Handler(Protocol):
+    def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None: ...
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class ReflectorStats:
+    lists: int = 0
+    watches: int = 0
+    events: int = 0
+    expired: int = 0
+    errors: int = 0
+    last_error: str = ""
+
+
+class Reflector:
+    """Keep a handler in step with one collection: list, then watch from the list's resourceVersion.
+
+    - A watch that ends normally (server timeout) resumes from the last resourceVersion seen, including
+      bookmarks, so nothing is missed and nothing is replayed.
+    - ``410 Gone`` (as an HTTP status or as an ERROR event in the stream) means the history is compacted:
+      relist and replace the handler's state.
+    - Any other failure reconnects after a capped exponential backoff with jitter.
+    - Every ``resync_seconds`` it relists anyway, repairing any drift a lost event could have caused.
+    """
+
+    def __init__(
+        self,
+        api_client: k8s_client.ApiClient | Kube,
+        path: str,
+        handler: Handler,
+        *,
+        params: Mapping[str, str] | None = None,
+        name: str = "",
+        resync_seconds: float = 300.0,
+        watch_timeout_seconds: int = 300,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
+        self.path = path
+        self.handler = handler
+        self.params = dict(params or {})
+        self.name = name or path
+        self.resync_seconds = resync_seconds
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.synced = threading.Event()
+        self.stats = ReflectorStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._response: Any = None
+        self.resource_version = ""
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name=f"reflector-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        resp = self._response
+        if resp is not None:
+            with contextlib.suppress(Exception):
+                resp.shutdown() if hasattr(resp, "shutdown") else resp.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self.synced.wait(timeout)
+
+    def _relist(self) -> None:
+        items, rv = self.kube.list_all(self.path, self.params)
+        self.handler.replace(items, rv)
+        self.resource_version = rv
+        self.stats.lists += 1
+        self.synced.set()
+        log.debug("%s: listed %d objects at resourceVersion %s", self.name, len(items), rv)
+
+    def run(self) -> None:
+        need_list = True
+        backoff = self.backoff_initial
+        last_list = 0.0
+        while not self._stop.is_set():
+            try:
+                if need_list or time.monotonic() - last_list >= self.resync_seconds:
+                    self._relist()
+                    need_list = False
+                    last_list = time.monotonic()
+                need_list = self._watch(last_list)
+                backoff = self.backoff_initial
+            except ApiError as exc:
+                if self._stop.is_set():
+                    return
+                if exc.code == 410:
+                    self.stats.expired += 1
+                    log.info(
+                        "%s: resourceVersion %s expired (410), relisting", self.name, self.resource_version
+                    )
+                    need_list = True
+                    continue
+                backoff = self._failed(exc, backoff)
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                backoff = self._failed(exc, backoff)
+
+    def _failed(self, exc: Exception, backoff: float) -> float:
+        self.stats.errors += 1
+        self.stats.last_error = str(exc)
+        delay = backoff * (0.5 + random.random())
+        log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.name, exc, delay)
+        self._stop.wait(delay)
+        return min(self.backoff_max, backoff * 2)
+
+    def _watch(self, last_list: float) -> bool:
+        """Watch until the stream ends; return True when a relist is needed."""
+        params = dict(self.params)
+        params["resourceVersion"] = self.resource_version
+        params["allowWatchBookmarks"] = "true"
+        remaining = self.resync_seconds - (time.monotonic() - last_list)
+        timeout = max(1, min(self.watch_timeout_seconds, int(remaining) + 1))
+        self.stats.watches += 1
+
+        def opened(resp: Any) -> None:
+            self._response = resp
+
+        try:
+            for event in self.kube.watch(self.path, params, timeout, self._stop, on_open=opened):
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    code = int(obj.get("code") or 0)
+                    raise ApiError(code, str(obj.get("reason") or ""), str(obj.get("message") or ""), obj)
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind == "BOOKMARK":
+                    if rv:
+                        self.resource_version = str(rv)
+                    continue
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self.stats.events += 1
+                    self.handler.apply(kind, obj)
+                    if rv:
+                        self.resource_version = str(rv)
+                if self._stop.is_set():
+                    return False
+        finally:
+            self._response = None
+        return False

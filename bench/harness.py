@@ -1,0 +1,111 @@
+"""Shared benchmark plumbing: start a server in its own process, time sequential requests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run a server command until its /docs or /healthz answers; stop it afterwards."""
+    proc = subprocess.Popen(
+        argv, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+            try:
+                httpx.get(url + "/docs", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("server did not start")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def echo_cmd(port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "bench.echo_extender:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+
+
+def ballast_cmd(port: int, policy: str, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "extender",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--policy",
+        policy,
+        "--log-level",
+        "warning",
+        *extra,
+    ]
+
+
+@dataclass
+class Timing:
+    p50: float
+    p90: float
+    p99: float
+    rps: float
+
+    def row(self) -> str:
+        return f"{self.p50 * 1000:.1f} / {self.p90 * 1000:.1f} / {self.p99 * 1000:.1f}"
+
+
+def measure(client: httpx.Client, url: str, body: bytes, count: int, warmup: int = 3) -> Timing:
+    headers = {"Content-Type": "application/json"}
+    for _ in range(warmup):
+        client.post(url, content=body, headers=headers).raise_for_status()
+    samples = []
+    start = time.perf_counter()
+    for _ in range(count):
+        t = time.perf_counter()
+        r = client.post(url, content=body, headers=headers)
+        samples.append(time.perf_counter() - t)
+        r.raise_for_status()
+    total = time.perf_counter() - start
+    samples.sort()
+    q = statistics.quantiles(samples, n=100, method="inclusive") if len(samples) > 1 else samples * 99
+    return Timing(q[49], q[89], q[98], count / total)

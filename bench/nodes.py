@@ -1,0 +1,72 @@
+"""Realistic Node objects for benchmarks, shaped like the ones a real kube-scheduler v1.36 sent.
+
+The captured fixture nodes are the templates (labels, status, images, conditions); managedFields are
+dropped so a node is about 4 KB, as in the issue's sizing. Load annotations are fresh and varied so the
+extender really filters and scores.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from app.annotations import format_hot_value, format_load
+
+ROOT = Path(__file__).resolve().parent.parent
+METRICS = (
+    "cpu_usage_avg_5m",
+    "cpu_usage_max_avg_1h",
+    "cpu_usage_max_avg_1d",
+    "mem_usage_avg_5m",
+    "mem_usage_max_avg_1h",
+    "mem_usage_max_avg_1d",
+)
+
+
+def _templates() -> list[dict[str, Any]]:
+    for base in (ROOT.parent / "shared" / "fixtures" / "extender", ROOT / "tests" / "fixtures" / "extender"):
+        f = base / "full-nodes" / "01-filter-burstable-checkout-api.json"
+        if f.exists():
+            nodes = json.loads(f.read_text())["Nodes"]["items"]
+            for n in nodes:
+                n["metadata"].pop("managedFields", None)
+            return nodes
+    raise RuntimeError("fixture nodes not found (../shared/fixtures/extender)")
+
+
+def make_nodes(count: int, seed: int = 7, now: float | None = None) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    now = now or time.time()
+    templates = _templates()
+    out = []
+    for i in range(count):
+        node = copy.deepcopy(templates[i % len(templates)])
+        name = f"ip-10-{i // 65536 % 256}-{i // 256 % 256}-{i % 256}.us-west-2.compute.internal"
+        meta = node["metadata"]
+        meta["name"] = name
+        meta["uid"] = f"00000000-0000-4000-8000-{i:012d}"
+        meta["resourceVersion"] = str(1000 + i)
+        meta["labels"]["kubernetes.io/hostname"] = name
+        ann = meta.setdefault("annotations", {})
+        for m in METRICS:
+            ann[m] = format_load(rng.uniform(0.05, 0.9), now - rng.uniform(0, 120))
+        ann["node_hot_value"] = format_hot_value(rng.choice((0, 0, 0, 1, 2)), now - 30)
+        for addr in node["status"].get("addresses", []):
+            if addr["type"] == "InternalIP":
+                addr["address"] = f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}"
+            elif addr["type"] == "Hostname":
+                addr["address"] = name
+        out.append(node)
+    return out
+
+
+def pod() -> dict[str, Any]:
+    for base in (ROOT.parent / "shared" / "fixtures" / "extender", ROOT / "tests" / "fixtures" / "extender"):
+        f = base / "full-nodes" / "01-filter-burstable-checkout-api.json"
+        if f.exists():
+            return json.loads(f.read_text())["Pod"]
+    raise RuntimeError("fixture pod not found")

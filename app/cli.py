@@ -55,6 +55,7 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
 def run_extender(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.kube import Kube, KubeConfigError, cluster_configured, load_api_client
     from app.main import create_app
 
     try:
@@ -62,7 +63,23 @@ def run_extender(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         log.error("%s", exc)
         return 2
-    app = create_app(policy, policy_path=args.policy, policy_poll_seconds=args.policy_poll)
+    kube = None
+    if cluster_configured(args.kubeconfig):
+        try:
+            kube = Kube(load_api_client(args.kubeconfig), timeout=args.api_timeout)
+        except KubeConfigError as exc:
+            log.error("%s", exc)
+            return 2
+        log.info("cluster access configured: watching nodes and pods, serving names-only requests and bind")
+    else:
+        log.info("no cluster access configured: standalone mode (whole-node requests only, no bind)")
+    app = create_app(
+        policy,
+        policy_path=args.policy,
+        policy_poll_seconds=args.policy_poll,
+        kube=kube,
+        resync_seconds=args.resync,
+    )
     log.info(
         "ballast extender %s listening on %s:%d with policy %s",
         __version__,

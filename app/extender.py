@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from app.annotations import HOT_VALUE_VALID_SECONDS
+from app.estimation import Estimate, Ledger, estimate_usage
 from app.load import check_node, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
 from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
 from app.policy_store import PolicyStore
-from app.wire import ExtenderArgs
+from app.wire import BadRequest, ExtenderArgs
 
 log = logging.getLogger("ballast.extender")
 
@@ -25,15 +27,9 @@ class NodeSource(Protocol):
 
     def node(self, name: str) -> NodeLoad | None: ...
 
+    def node_names(self) -> Iterable[str]: ...
 
-class Overlay(Protocol):
-    """Estimated usage of pods placed after the last measurement (``app.estimation``)."""
-
-    def extra(
-        self, load: NodeLoad, policy: Policy, now: float, incoming: PodInfo | None
-    ) -> Mapping[str, float]: ...
-
-    def hold(self, pod: PodInfo, node: str, now: float) -> None: ...
+    def pod(self, uid: str) -> PodInfo | None: ...
 
 
 class Extender:
@@ -42,19 +38,24 @@ class Extender:
         store: PolicyStore,
         metrics: ExtenderMetrics,
         source: NodeSource | None = None,
-        overlay: Overlay | None = None,
+        ledger: Ledger | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.source = source
-        self.overlay = overlay
+        self.ledger = ledger
         self.clock = clock
         self._parsed: dict[str, NodeLoad] = {}
         """Whole-node mode: the last parse of each node by name, reused while its resourceVersion holds."""
         self._warned_names_only = False
-        self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize")}
-        store.on_change(lambda _p: self._parsed.clear())
+        self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
+        store.on_change(self._policy_changed)
+
+    def _policy_changed(self, policy: Policy) -> None:
+        self._parsed.clear()
+        if self.ledger is not None:
+            self.ledger.set_policy(policy)
 
     # -- node lookup --------------------------------------------------------------------------------
 
@@ -81,6 +82,17 @@ class Extender:
             log.info("node %s is not in the cache: no information, it passes and scores 0", name)
         return load
 
+    def known_node(self, name: str) -> NodeLoad | None:
+        """A node from the cache, else from the last whole-node request that carried it."""
+        if self.source is not None:
+            return self.source.node(name)
+        return self._parsed.get(name)
+
+    def known_names(self) -> list[str]:
+        if self.source is not None:
+            return sorted(self.source.node_names())
+        return sorted(self._parsed)
+
     def _names_only_without_cache(self) -> None:
         self.metrics.names_only.inc()
         if not self._warned_names_only:
@@ -90,10 +102,15 @@ class Extender:
                 "node cache (start it with --kubeconfig or in a cluster): every node passes unscored"
             )
 
-    def _extra(self, load: NodeLoad, policy: Policy, now: float, pod: PodInfo | None) -> Mapping[str, float]:
-        if self.overlay is None:
+    def _incoming(self, pod: PodInfo, now: float) -> Estimate | None:
+        if self.ledger is None or pod.daemonset:
+            return None
+        return self.ledger.incoming(pod, now)
+
+    def _extra(self, load: NodeLoad, policy: Policy, now: float, incoming: Estimate | None, skip: str = ""):
+        if self.ledger is None:
             return {}
-        return self.overlay.extra(load, policy, now, pod)
+        return self.ledger.extra(load, policy, now, incoming, skip=skip or None)
 
     # -- verbs --------------------------------------------------------------------------------------
 
@@ -101,21 +118,23 @@ class Extender:
         policy = self.store.current
         now = self.clock()
         pod = pod_info(args.pod)
+        incoming = self._incoming(pod, now)
         failed: dict[str, str] = {}
         if args.nodes is not None:
             self._seen["filter"].inc(len(args.nodes))
             passing_nodes: list[dict[str, Any]] = []
             for node in args.nodes:
+                load = self._from_object(node, policy)
                 if pod.daemonset:
                     passing_nodes.append(node)
                     continue
-                load = self._from_object(node, policy)
-                rejection = check_node(load, policy, now, self._extra(load, policy, now, pod))
+                rejection = check_node(load, policy, now, self._extra(load, policy, now, incoming))
                 if rejection is None:
                     passing_nodes.append(node)
                 else:
                     failed[load.name] = rejection.reason
                     self.metrics.rejected.labels(rejection.metric).inc()
+            self._hold_single(pod, [n["metadata"]["name"] for n in passing_nodes], now)
             return {
                 "Nodes": {"metadata": {}, "items": passing_nodes},
                 "NodeNames": None,
@@ -136,12 +155,13 @@ class Extender:
                 load = self._from_name(name)
                 rejection = None
                 if load is not None:
-                    rejection = check_node(load, policy, now, self._extra(load, policy, now, pod))
+                    rejection = check_node(load, policy, now, self._extra(load, policy, now, incoming))
                 if rejection is None:
                     passing.append(name)
                 else:
                     failed[name] = rejection.reason
                     self.metrics.rejected.labels(rejection.metric).inc()
+            self._hold_single(pod, passing, now)
         return {
             "Nodes": None,
             "NodeNames": passing,
@@ -150,15 +170,18 @@ class Extender:
             "Error": "",
         }
 
+    def _hold_single(self, pod: PodInfo, passing: list[str], now: float) -> None:
+        """With one feasible node kube-scheduler skips prioritize: hold the estimate here instead."""
+        if self.ledger is not None and len(passing) == 1 and not pod.daemonset:
+            self.ledger.hold(pod, passing[0], now)
+
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         policy = self.store.current
         now = self.clock()
         pod = pod_info(args.pod)
-        out: list[dict[str, Any]] = []
-        best: tuple[int, str] | None = None
         if args.nodes is not None:
             self._seen["prioritize"].inc(len(args.nodes))
-            loads: list[NodeLoad | None] = [self._from_object(n, policy) for n in args.nodes]
+            loads = [self._from_object(n, policy) for n in args.nodes]
         else:
             names = args.node_names or []
             self._seen["prioritize"].inc(len(names))
@@ -166,14 +189,215 @@ class Extender:
                 self._names_only_without_cache()
                 return [{"Host": name, "Score": 0} for name in names]
             loads = [self._from_name(n) or NodeLoad(n) for n in names]
+        out: list[dict[str, Any]] = []
+        best: tuple[int, str] | None = None
         for load in loads:
-            assert load is not None
-            score = score_node(load, policy, now, self._extra(load, policy, now, None)).score
+            score = score_node(load, policy, now, self._extra(load, policy, now, None, skip=pod.uid)).score
             out.append({"Host": load.name, "Score": score})
             if best is None or score > best[0]:
                 best = (score, load.name)
-        if self.overlay is not None and best is not None and not pod.daemonset:
+        if self.ledger is not None and best is not None and not pod.daemonset:
             # kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most
             # likely get, so the next pod's filter sees it before the bind arrives.
-            self.overlay.hold(pod, best[1], now)
+            self.ledger.hold(pod, best[1], now)
         return out
+
+    def preempt(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Keep candidate nodes where evicting the victims brings the node under every limit."""
+        policy = self.store.current
+        now = self.clock()
+        folded = {k.lower(): v for k, v in body.items()}
+        pod = pod_info(_require_pod(folded))
+        incoming = self._incoming(pod, now)
+        full = folded.get("nodenametovictims")
+        meta = folded.get("nodenametometavictims")
+        if full is not None and not isinstance(full, dict):
+            raise BadRequest("NodeNameToVictims", "expected an object of node name -> Victims")
+        if meta is not None and not isinstance(meta, dict):
+            raise BadRequest("NodeNameToMetaVictims", "expected an object of node name -> MetaVictims")
+        candidates = full if full is not None else (meta or {})
+        field = "NodeNameToVictims" if full is not None else "NodeNameToMetaVictims"
+        self._seen["preempt"].inc(len(candidates))
+        out: dict[str, Any] = {}
+        for node, victims in candidates.items():
+            if not isinstance(victims, dict):
+                raise BadRequest(f"{field}.{node}", "expected an object with Pods and NumPDBViolations")
+            pods = victims.get("Pods", victims.get("pods")) or []
+            if not isinstance(pods, list):
+                raise BadRequest(f"{field}.{node}.Pods", "expected a list")
+            uids, freed = self._victims(pods, full is not None, f"{field}.{node}.Pods", policy)
+            violations = victims.get("NumPDBViolations", victims.get("numPDBViolations", 0))
+            if isinstance(violations, bool) or not isinstance(violations, int):
+                raise BadRequest(f"{field}.{node}.NumPDBViolations", "expected an integer")
+            load = self.known_node(node)
+            if load is not None and not pod.daemonset:
+                extra = (
+                    self.ledger.extra(load, policy, now, incoming, minus=freed)
+                    if self.ledger is not None
+                    else _minus_only(load, policy, freed, incoming)
+                )
+                rejection = check_node(load, policy, now, extra)
+                if rejection is not None:
+                    log.info(
+                        "preempt: dropping %s, still overloaded after evicting victims: %s",
+                        node,
+                        rejection.reason,
+                    )
+                    continue
+            out[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": violations}
+        return {"NodeNameToMetaVictims": out}
+
+    def _victims(
+        self, pods: list[Any], full: bool, field: str, policy: Policy
+    ) -> tuple[list[str], dict[str, int]]:
+        """Victim UIDs and the usage their eviction frees, estimated like a newly placed pod."""
+        uids: list[str] = []
+        cpu = mem = 0
+        for i, p in enumerate(pods):
+            if not isinstance(p, dict):
+                raise BadRequest(f"{field}[{i}]", "expected an object")
+            if full:
+                try:
+                    info: PodInfo | None = pod_info(p)
+                except BadRequest as exc:
+                    raise BadRequest(f"{field}[{i}].{exc.field.removeprefix('Pod.')}", exc.reason) from exc
+                uid = info.uid if info else ""
+            else:
+                uid = p.get("UID", p.get("uid"))
+                if not isinstance(uid, str):
+                    raise BadRequest(f"{field}[{i}].UID", "required: a string")
+                info = self.source.pod(uid) if self.source is not None else None
+            uids.append(uid)
+            if info is not None:
+                c, m = estimate_usage(info, policy.estimation)
+                cpu += c
+                mem += m
+        return uids, {"cpu": cpu, "memory": mem}
+
+
+def _require_pod(folded: dict[str, Any]) -> dict[str, Any]:
+    pod = folded.get("pod")
+    if not isinstance(pod, dict):
+        raise BadRequest("Pod", "required: the pod being scheduled")
+    return pod
+
+
+def _minus_only(
+    load: NodeLoad, policy: Policy, freed: dict[str, int], incoming: Estimate | None
+) -> dict[str, float]:
+    """Without a ledger, only the victims' freed usage changes the verdict."""
+    out = {}
+    for metric in load.samples:
+        resource = policy.resource_of(metric)
+        alloc = load.allocatable_cpu_milli if resource == "cpu" else load.allocatable_memory_bytes
+        if resource and alloc:
+            out[metric] = -freed.get(resource, 0) / alloc
+    return out
+
+
+def hot_value(load: NodeLoad, now: float) -> float:
+    if load.hot is not None and load.hot.timestamp + HOT_VALUE_VALID_SECONDS > now:
+        return load.hot.value
+    return 0.0
+
+
+PLAIN_POD = PodInfo("", "", "", False, 0, 0, 0, 0)
+"""What /nodes judges with: a pod that requests nothing (so it is estimated at the policy defaults)."""
+
+
+def _metric_views(
+    load: NodeLoad, policy: Policy, now: float, extra: dict[str, float]
+) -> list[dict[str, Any]]:
+    out = []
+    for metric in policy.sync_periods:
+        sample = load.samples.get(metric)
+        valid = policy.valid_for(metric)
+        view: dict[str, Any] = {"metric": metric, "resource": policy.resource_of(metric)}
+        if sample is None:
+            view.update(state="missing", value=None, fresh=False)
+        else:
+            fresh = sample.timestamp + valid > now
+            view.update(
+                state="fresh" if fresh else "stale",
+                value=sample.value,
+                ageSeconds=round(now - sample.timestamp, 3),
+                fresh=fresh,
+                expiresInSeconds=round(sample.timestamp + valid - now, 3),
+            )
+        if metric in extra:
+            view["estimatedExtra"] = round(extra[metric], 5)
+        out.append(view)
+    return out
+
+
+def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dict[str, Any]:
+    """Everything that went into one node's verdict and score for ``pod``: the body of /nodes and /explain."""
+    policy = ext.store.current
+    incoming = ext._incoming(pod, now)
+    filter_extra = ext._extra(load, policy, now, incoming)
+    score_extra = ext._extra(load, policy, now, None, skip=pod.uid)
+    rejection = None if pod.daemonset else check_node(load, policy, now, filter_extra)
+    score = score_node(load, policy, now, score_extra, explain=True)
+    hot = load.hot
+    estimates = ext.ledger.counted(load, now) if ext.ledger is not None else []
+    return {
+        "name": load.name,
+        "resourceVersion": load.resource_version,
+        "allocatable": {"cpuMilli": load.allocatable_cpu_milli, "memoryBytes": load.allocatable_memory_bytes},
+        "metrics": _metric_views(load, policy, now, filter_extra),
+        "hotValue": None
+        if hot is None
+        else {
+            "value": hot.value,
+            "ageSeconds": round(now - hot.timestamp, 3),
+            "fresh": hot_value(load, now) > 0,
+        },
+        "estimation": {
+            "pods": [e.to_json(now) for e in estimates if e.uid != pod.uid],
+            "incoming": incoming.to_json(now) if incoming is not None else None,
+        },
+        "filter": {"passes": rejection is None, "reason": None if rejection is None else rejection.reason}
+        | ({"note": "DaemonSet pods always pass"} if pod.daemonset else {}),
+        "score": score.to_json(),
+    }
+
+
+def explain(
+    ext: Extender, pod_obj: dict[str, Any] | None, names: list[str] | None, nodes: list | None
+) -> dict:
+    """The /explain answer: per node pass/fail and score breakdown, and the node Ballast would favour."""
+    now = ext.clock()
+    policy = ext.store.current
+    pod = pod_info(pod_obj) if pod_obj is not None else PLAIN_POD
+    if nodes is not None:
+        loads: list[tuple[str, NodeLoad | None]] = [
+            (n["metadata"]["name"], ext._from_object(n, policy)) for n in nodes
+        ]
+    else:
+        wanted = names if names is not None else ext.known_names()
+        loads = [(n, ext.known_node(n)) for n in wanted]
+    views = []
+    best: tuple[int, str] | None = None
+    for name, load in loads:
+        if load is None:
+            views.append(
+                {
+                    "name": name,
+                    "known": False,
+                    "filter": {"passes": True, "reason": None},
+                    "score": {"score": 0},
+                    "note": "not in the cache: no information, passes and scores 0",
+                }
+            )
+            continue
+        view = explain_node(ext, load, pod, now) | {"known": True}
+        views.append(view)
+        if view["filter"]["passes"] and (best is None or view["score"]["score"] > best[0]):
+            best = (view["score"]["score"], name)
+    return {
+        "pod": f"{pod.namespace}/{pod.name}" if pod.name else None,
+        "nodes": views,
+        "favoured": best[1] if best else None,
+        "note": "kube-scheduler adds Ballast's score x weight x 10 to its own plugin scores, so it may pick "
+        "another passing node",
+    }

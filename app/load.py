@@ -11,8 +11,8 @@ Unlike crane, a metric without information is left out of *both* sums (crane cou
 used, which ranked a node with one missing metric below a busier, fully measured one). A node with no
 information for any priority metric scores 0, so measured nodes win over unmeasured ones.
 
-``extra`` carries estimated usage ratios per resource (``{"cpu": 0.08}``) of pods placed after the
-last measurement; they are added to every fresh metric of that resource (see ``app.estimation``).
+``extra`` carries estimated usage ratios per metric (``{"cpu_usage_avg_5m": 0.08}``) of pods placed
+after that metric was last measured; they are added to the measured value (see ``app.estimation``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Rejection:
     def reason(self) -> str:
         if self.extra:
             used = (
-                f"{self.value:.5f} measured + {self.extra:.5f} estimated for recently placed pods "
+                f"{self.value:.5f} measured + {self.extra:.5f} estimated (this pod and pods placed since) "
                 f"= {self.value + self.extra:.5f}"
             )
         else:
@@ -57,11 +57,11 @@ def check_node(
 ) -> Rejection | None:
     """Return why the node is overloaded, or ``None`` when it passes."""
     samples = load.samples
-    for name, limit, valid, resource in policy.predicate_plan:
+    for name, limit, valid, _resource in policy.predicate_plan:
         sample = samples.get(name)
         if sample is None or sample.timestamp + valid <= now:
             continue
-        add = extra.get(resource, 0.0) if extra else 0.0
+        add = extra.get(name, 0.0) if extra else 0.0
         if sample.value + add > limit:
             return Rejection(name, sample.value, add, limit, now - sample.timestamp)
     return None
@@ -124,10 +124,10 @@ def score_node(
     weights = 0.0
     terms: list[ScoreTerm] = []
     samples = load.samples
-    for name, weight, valid, resource in policy.priority_plan:
+    for name, weight, valid, _resource in policy.priority_plan:
         sample = samples.get(name)
         fresh = sample is not None and sample.timestamp + valid > now
-        add = extra.get(resource, 0.0) if extra else 0.0
+        add = extra.get(name, 0.0) if extra else 0.0
         contribution = 0.0
         if fresh:
             used = min(1.0, sample.value + add)  # type: ignore[union-attr]

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,9 +17,13 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import TypeAdapter
 
 from app import __version__, wire
-from app.api import health, verbs
+from app.api import debug, health, verbs
 from app.api.state import Services
+from app.bind import Binder
+from app.cache import ClusterCache
+from app.estimation import Ledger
 from app.extender import Extender
+from app.kube import Kube
 from app.metrics import ExtenderMetrics
 from app.policy import Policy
 from app.policy_store import PolicyStore
@@ -73,19 +78,27 @@ def create_app(
     policy_path: str | None = None,
     policy_poll_seconds: float = 2.0,
     metrics: ExtenderMetrics | None = None,
-    source: Any = None,
-    overlay: Any = None,
-    cache: Any = None,
-    binder: Any = None,
+    kube: Kube | None = None,
+    resync_seconds: float = 300.0,
     background: list[Callable[[], Any]] | None = None,
-    clock: Callable[[], float] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> FastAPI:
-    """Build the extender app. ``source``/``overlay``/``cache``/``binder`` come from cluster access."""
+    """Build the extender app.
+
+    Without ``kube`` it serves whole-node requests and keeps tentative estimates (holds) of the pods it
+    scores. With ``kube`` (cluster access) it also watches nodes and pods, serves names-only requests
+    from that cache, and binds.
+    """
     metrics = metrics or ExtenderMetrics()
     store = PolicyStore(policy, policy_path, metrics)
-    extender = Extender(store, metrics, source=source, overlay=overlay, **({"clock": clock} if clock else {}))
+    ledger = Ledger(policy, clock)
+    cache = binder = None
+    if kube is not None:
+        cache = ClusterCache(kube, store, ledger, resync_seconds=resync_seconds, clock=clock)
+        binder = Binder(kube, ledger, clock)
+    extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
     svc = Services(store=store, metrics=metrics, extender=extender, cache=cache, binder=binder)
-    if cache is not None and hasattr(cache, "readiness"):
+    if cache is not None:
         svc.readiness.append(cache.readiness)
 
     @contextlib.asynccontextmanager
@@ -98,6 +111,8 @@ def create_app(
                 loop.add_signal_handler(signal.SIGHUP, lambda: store.reload("SIGHUP"))
             if policy_poll_seconds > 0:
                 tasks.append(asyncio.create_task(_watch_policy(store, policy_poll_seconds)))
+        if cache is not None:
+            cache.start()
         for start in background or []:
             result = start()
             if asyncio.iscoroutine(result):
@@ -110,8 +125,8 @@ def create_app(
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
-            if cache is not None and hasattr(cache, "stop"):
-                cache.stop()
+            if cache is not None:
+                await asyncio.to_thread(cache.stop)
 
     app = FastAPI(
         title="Ballast scheduler extender",
@@ -121,6 +136,7 @@ def create_app(
     )
     app.state.services = svc
     app.include_router(verbs.router)
+    app.include_router(debug.router)
     app.include_router(health.router)
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     return app

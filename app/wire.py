@@ -211,3 +211,39 @@ class ErrorBody(BaseModel):
     error: str
     field: str
     reason: str
+
+
+@dataclass(slots=True)
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+def parse_binding_args(body: bytes) -> BindingArgs:
+    """Read ExtenderBindingArgs; every field is a required, non-empty string (UID may be empty)."""
+    folded = _fold(load_json(body), "ExtenderBindingArgs")
+    values = {}
+    for key, field in (
+        ("podname", "PodName"),
+        ("podnamespace", "PodNamespace"),
+        ("poduid", "PodUID"),
+        ("node", "Node"),
+    ):
+        v = folded.get(key)
+        if v is None and key == "poduid":
+            v = ""
+        if not isinstance(v, str):
+            raise BadRequest(field, "required: a string")
+        if not v and key != "poduid":
+            raise BadRequest(field, "must not be empty")
+        values[key] = v
+    return BindingArgs(values["podname"], values["podnamespace"], values["poduid"], values["node"])
+
+
+def parse_object(body: bytes, what: str) -> dict[str, Any]:
+    doc = load_json(body)
+    if not isinstance(doc, dict):
+        raise BadRequest("(body)", f"expected a JSON object ({what}), got {type(doc).__name__}")
+    return doc

@@ -132,9 +132,9 @@ def test_malformed_annotations_never_reject(policy: Policy) -> None:
 def test_extra_estimated_usage_can_reject_and_lowers_score(policy: Policy) -> None:
     load = parse_node(node({"cpu_usage_avg_5m": 0.60, "mem_usage_avg_5m": 0.10}), policy)
     assert check_node(load, policy, NOW) is None
-    r = check_node(load, policy, NOW, {"cpu": 0.06})
+    r = check_node(load, policy, NOW, {"cpu_usage_avg_5m": 0.06})
     assert r is not None and r.metric == "cpu_usage_avg_5m" and "estimated" in r.reason
-    assert score_node(load, policy, NOW, {"cpu": 0.3}).raw < score_node(load, policy, NOW).raw
+    assert score_node(load, policy, NOW, {"cpu_usage_avg_5m": 0.3}).raw < score_node(load, policy, NOW).raw
 
 
 @pytest.mark.parametrize(("final", "score"), [(0, 0), (4, 0), (5, 1), (14, 1), (15, 2), (95, 10), (100, 10)])

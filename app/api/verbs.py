@@ -7,6 +7,7 @@ cannot read, and for an unexpected fault a logged traceback plus an answer kube-
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from fastapi import APIRouter, Request
 from app.api import examples
 from app.api.responses import JSONBytes, error
 from app.api.state import services
-from app.wire import BadRequest, parse_extender_args
+from app.wire import BadRequest, parse_binding_args, parse_extender_args, parse_object
 
 log = logging.getLogger("ballast.api")
 router = APIRouter(tags=["extender verbs"])
@@ -116,3 +117,63 @@ async def prioritize_nodes(request: Request):
     return await _run(
         request, "prioritize", lambda body: ext.prioritize(parse_extender_args(body)), lambda msg: []
     )
+
+
+@router.post(
+    "/preempt",
+    summary="Drop preemption candidates that would stay overloaded",
+    description=(
+        "kube-scheduler's preempt call. Candidate nodes whose load would still be over a limit after the "
+        "victims leave are dropped (preempting there cannot help); the others come back with the same "
+        "victims as `NodeNameToMetaVictims`. Accepts `NodeNameToVictims` (whole pods) or "
+        "`NodeNameToMetaVictims` (UIDs)."
+    ),
+    openapi_extra=_body_doc("ExtenderPreemptionArgs", {"meta victims": examples.PREEMPT}),
+    responses=_responses("ExtenderPreemptionResult"),
+    response_class=JSONBytes,
+)
+async def preempt(request: Request):
+    ext = services(request).extender
+    return await _run(
+        request,
+        "preempt",
+        lambda body: ext.preempt(parse_object(body, "ExtenderPreemptionArgs")),
+        lambda msg: {"NodeNameToMetaVictims": {}},
+    )
+
+
+@router.post(
+    "/bind",
+    summary="Bind the pod (after writing its NUMA topology result)",
+    description=(
+        "kube-scheduler's bind call: Ballast creates the pod's Binding through the API. Errors from the API "
+        "(409 conflict, 404 pod gone, timeouts) come back in `Error` with the API server's message. Needs "
+        "cluster access (`--kubeconfig` or in-cluster)."
+    ),
+    openapi_extra=_body_doc("ExtenderBindingArgs", {"bind": examples.BIND}),
+    responses=_responses("ExtenderBindingResult"),
+    response_class=JSONBytes,
+)
+async def bind(request: Request):
+    svc = services(request)
+    start = time.perf_counter()
+    code = 200
+    try:
+        args = parse_binding_args(await request.body())
+        if svc.binder is None:
+            result = {
+                "Error": "this extender has no cluster access (start it with --kubeconfig or in a cluster); "
+                "remove bindVerb from the scheduler config or give it access"
+            }
+        else:
+            result = {"Error": await asyncio.to_thread(svc.binder.bind, args)}
+        response = JSONBytes(result)
+    except BadRequest as exc:
+        code = 400
+        response = error(400, exc.field, exc.reason)
+    except Exception as exc:
+        log.exception("bind: internal error")
+        response = JSONBytes({"Error": f"ballast internal error in bind: {type(exc).__name__}: {exc}"})
+    svc.metrics.requests.labels("bind", str(code)).inc()
+    svc.metrics.latency.labels("bind").observe(time.perf_counter() - start)
+    return response

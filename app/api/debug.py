@@ -1,0 +1,65 @@
+"""Why did my pod go there? Read-only views for people debugging with curl."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from app.api.responses import JSONBytes, error
+from app.api.state import services
+from app.extender import PLAIN_POD, explain, explain_node
+from app.wire import BadRequest, parse_extender_args
+
+router = APIRouter(tags=["debugging"])
+
+
+@router.get(
+    "/nodes",
+    summary="Every known node: metrics, hot value, estimated extra usage, verdict and score",
+    description="Nodes come from the watch-driven cache, or without cluster access from the last whole-node "
+    "requests. The verdict and score are for a pod that requests nothing.",
+)
+async def nodes(request: Request) -> JSONBytes:
+    ext = services(request).extender
+    now = ext.clock()
+    names = ext.known_names()
+    views = [
+        explain_node(ext, load, PLAIN_POD, now) for n in names if (load := ext.known_node(n)) is not None
+    ]
+    return JSONBytes(
+        {"source": "cache" if ext.source is not None else "requests", "count": len(views), "nodes": views}
+    )
+
+
+@router.get(
+    "/nodes/{name}", summary="One node, as in /nodes", responses={404: {"description": "Unknown node"}}
+)
+async def node(request: Request, name: str) -> JSONBytes:
+    ext = services(request).extender
+    load = ext.known_node(name)
+    if load is None:
+        return error(
+            404, "name", f"node {name!r} is not known to this extender (not in the cache or any request)"
+        )
+    return JSONBytes(explain_node(ext, load, PLAIN_POD, ext.clock()))
+
+
+@router.post(
+    "/explain",
+    summary="Explain filter and score for a pod",
+    description="Body shaped like ExtenderArgs: `Pod`, plus `NodeNames` or `Nodes`; with neither, every "
+    "known node. Answers per node pass/fail with the reason and the score broken down by metric, hot "
+    "value and estimated usage of recently placed pods.",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ExtenderArgs"}}},
+        }
+    },
+)
+async def explain_route(request: Request) -> JSONBytes:
+    ext = services(request).extender
+    try:
+        args = parse_extender_args(await request.body(), require_nodes=False)
+        return JSONBytes(explain(ext, args.pod, args.node_names, args.nodes))
+    except BadRequest as exc:
+        return error(400, exc.field, exc.reason)

@@ -1,0 +1,277 @@
+"""The extender's view of the cluster, kept current by watches: nodes, and pods bound to nodes.
+
+Everything a request needs is parsed when an event arrives: annotations into samples, allocatable into
+integers, pod resources into ``PodInfo``. A names-mode request then costs one dict lookup per node.
+Pod events also feed the estimation ledger: a pod newly bound to a node (by Ballast or by anyone) is
+recorded at its ``PodScheduled`` time, and a deleted or finished pod leaves at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.estimation import Ledger
+from app.kube import Kube, Reflector
+from app.nodestate import NodeLoad, parse_node
+from app.podinfo import PodInfo, pod_info
+from app.policy_store import PolicyStore
+from app.wire import BadRequest
+
+log = logging.getLogger("ballast.cache")
+
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+"""The pods worth caching: bound and not finished (the same selector kube-scheduler's own cache uses)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    info: PodInfo | None
+    scheduled_at: float | None
+    annotations: Mapping[str, str]
+    scheduler: str
+
+
+def _slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep only what parsing needs, so a policy change can reparse without holding whole nodes."""
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": dict(meta.get("annotations") or {}),
+            "labels": dict(meta.get("labels") or {}),
+        },
+        "status": {"allocatable": dict(status.get("allocatable") or {})},
+    }
+
+
+def _rfc3339(text: Any) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    uid = meta.get("uid")
+    if not uid:
+        return None
+    try:
+        info: PodInfo | None = pod_info(pod)
+    except BadRequest as exc:
+        log.warning(
+            "pod %s/%s has unreadable resources (%s); no estimate",
+            meta.get("namespace"),
+            meta.get("name"),
+            exc,
+        )
+        info = None
+    scheduled = None
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            scheduled = _rfc3339(cond.get("lastTransitionTime"))
+    return PodRecord(
+        uid=str(uid),
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        node=str(spec.get("nodeName") or ""),
+        info=info,
+        scheduled_at=scheduled,
+        annotations=dict(meta.get("annotations") or {}),
+        scheduler=str(spec.get("schedulerName") or ""),
+    )
+
+
+class _Nodes:
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+
+    def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
+        policy = self.cache.store.current
+        raw = {}
+        loads = {}
+        for obj in objects:
+            slim = _slim_node(obj)
+            name = slim["metadata"]["name"]
+            if name:
+                raw[name] = slim
+                loads[name] = parse_node(slim, policy)
+        with self.cache.lock:
+            self.cache.raw_nodes = raw
+            self.cache.nodes = loads
+        self.cache.node_events += 1
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        if event_type == "DELETED":
+            with self.cache.lock:
+                self.cache.raw_nodes.pop(name, None)
+                self.cache.nodes.pop(name, None)
+        else:
+            slim = _slim_node(obj)
+            load = parse_node(slim, self.cache.store.current)
+            with self.cache.lock:
+                self.cache.raw_nodes[name] = slim
+                self.cache.nodes[name] = load
+        self.cache.node_events += 1
+        for cb in self.cache.node_listeners:
+            cb(event_type, obj)
+
+
+class _Pods:
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+
+    def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
+        records = {r.uid: r for obj in objects if (r := pod_record(obj)) is not None}
+        with self.cache.lock:
+            gone = set(self.cache.pods) - set(records)
+            old = self.cache.pods
+            self.cache.pods = records
+            by_node: dict[str, set[str]] = {}
+            for r in records.values():
+                by_node.setdefault(r.node, set()).add(r.uid)
+            self.cache.pods_by_node = by_node
+        for uid in gone:
+            self.cache.pod_gone(uid)
+        for r in records.values():
+            if r.uid not in old:
+                self.cache.pod_bound(r)
+        for cb in self.cache.pod_listeners:
+            cb("REPLACE", None)
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        record = pod_record(obj)
+        if record is None:
+            return
+        phase = (obj.get("status") or {}).get("phase")
+        finished = phase in ("Succeeded", "Failed") or bool(
+            (obj.get("metadata") or {}).get("deletionTimestamp")
+        )
+        with self.cache.lock:
+            old = self.cache.pods.get(record.uid)
+            if old is not None:
+                uids = self.cache.pods_by_node.get(old.node)
+                if uids is not None:
+                    uids.discard(record.uid)
+            if event_type == "DELETED" or finished or not record.node:
+                self.cache.pods.pop(record.uid, None)
+            else:
+                self.cache.pods[record.uid] = record
+                self.cache.pods_by_node.setdefault(record.node, set()).add(record.uid)
+        if event_type == "DELETED" or finished or not record.node:
+            self.cache.pod_gone(record.uid)
+        elif old is None or old.node != record.node:
+            self.cache.pod_bound(record)
+        for cb in self.cache.pod_listeners:
+            cb(event_type, obj)
+
+
+class ClusterCache:
+    """Watch-driven nodes and bound pods; implements the extender's ``NodeSource``."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        store: PolicyStore,
+        ledger: Ledger | None = None,
+        *,
+        resync_seconds: float = 300.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.store = store
+        self.ledger = ledger
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.nodes: dict[str, NodeLoad] = {}
+        self.raw_nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.pods_by_node: dict[str, set[str]] = {}
+        self.node_events = 0
+        self.node_listeners: list[Callable[[str, dict], None]] = []
+        self.pod_listeners: list[Callable[[str, dict | None], None]] = []
+        self.reflectors = [
+            Reflector(kube, "/api/v1/nodes", _Nodes(self), name="nodes", resync_seconds=resync_seconds),
+            Reflector(
+                kube,
+                "/api/v1/pods",
+                _Pods(self),
+                params={"fieldSelector": BOUND_PODS},
+                name="pods",
+                resync_seconds=resync_seconds,
+            ),
+        ]
+        store.on_change(self._reparse)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def add_reflector(self, reflector: Reflector) -> None:
+        self.reflectors.append(reflector)
+
+    def start(self) -> None:
+        for r in self.reflectors:
+            r.start()
+
+    def stop(self) -> None:
+        for r in self.reflectors:
+            r.stop()
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(r.wait_synced(max(0.0, deadline - time.monotonic())) for r in self.reflectors)
+
+    def readiness(self) -> str | None:
+        waiting = [r.name for r in self.reflectors if not r.synced.is_set()]
+        if waiting:
+            return f"cluster cache has not completed its first list of: {', '.join(waiting)}"
+        return None
+
+    # -- NodeSource ------------------------------------------------------------------------------
+
+    def node(self, name: str) -> NodeLoad | None:
+        return self.nodes.get(name)
+
+    def node_names(self) -> Iterable[str]:
+        return list(self.nodes)
+
+    def pod(self, uid: str) -> PodInfo | None:
+        r = self.pods.get(uid)
+        return r.info if r is not None else None
+
+    def pods_on(self, node: str) -> list[PodRecord]:
+        with self.lock:
+            return [self.pods[u] for u in self.pods_by_node.get(node, ()) if u in self.pods]
+
+    # -- estimation feed -------------------------------------------------------------------------
+
+    def pod_bound(self, record: PodRecord) -> None:
+        if self.ledger is None or record.info is None or record.info.daemonset:
+            return
+        at = record.scheduled_at if record.scheduled_at is not None else self.clock()
+        self.ledger.bound(record.info, record.uid, record.node, at)
+
+    def pod_gone(self, uid: str) -> None:
+        if self.ledger is not None:
+            self.ledger.forget(uid)
+
+    def _reparse(self, policy: Any) -> None:
+        with self.lock:
+            self.nodes = {name: parse_node(slim, policy) for name, slim in self.raw_nodes.items()}

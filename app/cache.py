@@ -115,6 +115,8 @@ class _Nodes:
             self.cache.raw_nodes = raw
             self.cache.nodes = loads
         self.cache.node_events += 1
+        for cb in self.cache.node_listeners:
+            cb("REPLACE", None)
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name")
@@ -275,3 +277,5 @@ class ClusterCache:
     def _reparse(self, policy: Any) -> None:
         with self.lock:
             self.nodes = {name: parse_node(slim, policy) for name, slim in self.raw_nodes.items()}
+        for cb in self.node_listeners:
+            cb("REPLACE", None)

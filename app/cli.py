@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from agent import cli as agent_cli
 from app import __version__
 from app.logs import LEVELS, setup_logging
 from app.policy import PolicyError, load_policy
@@ -47,6 +48,26 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
         default=2.0,
         metavar="SECONDS",
         help="how often to check the policy file for changes (0 disables; SIGHUP still reloads)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="cluster access for the node cache and bind (else KUBECONFIG, else in-cluster; without any, "
+        "the extender runs standalone and passes names-only requests unscored)",
+    )
+    p.add_argument(
+        "--resync",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="relist nodes and pods this often even when the watches are healthy",
+    )
+    p.add_argument(
+        "--api-timeout",
+        type=float,
+        default=4.0,
+        metavar="SECONDS",
+        help="timeout of one API call (keep it under the scheduler's httpTimeout so bind errors reach it)",
     )
     add_common(p)
     p.set_defaults(func=run_extender)
@@ -100,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _extender_parser(sub)
+    agent_cli.register(sub)
     return parser
 
 

@@ -89,12 +89,15 @@ class Ledger:
         self.clock = clock
         self._lock = threading.Lock()
         self._by_node: dict[str, set[str]] = {}
+        self.listeners: list[Callable[[set[str]], None]] = []
+        """Called with the nodes whose estimates changed (the verdict board recomputes them)."""
         self._configure(policy)
 
     def _configure(self, policy: Policy) -> None:
         self._policy = policy
         self._plan = _metric_plan(policy)
         longest = max((ttl for _, _, ttl in self._plan), default=600.0)
+        self.shortest_ttl = min((ttl for _, _, ttl in self._plan), default=600.0)
         old_bound = getattr(self, "_bound", {})
         old_tentative = getattr(self, "_tentative", {})
         self._bound: TTLCache[str, Estimate] = TTLCache(MAX_PODS, longest, timer=self.clock)
@@ -111,15 +114,23 @@ class Ledger:
             self._configure(policy)
 
     # -- writers ---------------------------------------------------------------------------------
+    # Writers collect the nodes they touched and tell the listeners after releasing the lock.
 
-    def _index(self, e: Estimate) -> None:
+    def _index(self, e: Estimate, touched: set[str]) -> None:
         self._by_node.setdefault(e.node, set()).add(e.uid)
+        touched.add(e.node)
 
-    def _unindex(self, uid: str, node: str | None) -> None:
-        if node is not None and (uids := self._by_node.get(node)) is not None:
+    def _unindex(self, uid: str, node: str, touched: set[str]) -> None:
+        if (uids := self._by_node.get(node)) is not None:
             uids.discard(uid)
             if not uids:
                 del self._by_node[node]
+        touched.add(node)
+
+    def _notify(self, touched: set[str]) -> None:
+        if touched:
+            for listener in self.listeners:
+                listener(touched)
 
     def hold(self, pod: PodInfo, node: str, now: float | None = None) -> None:
         """Tentatively place a pod that was scored but not yet bound (no-op once it is bound)."""
@@ -127,55 +138,66 @@ class Ledger:
             return
         now = self.clock() if now is None else now
         cpu, mem = estimate_usage(pod, self._policy.estimation)
+        touched: set[str] = set()
         with self._lock:
             if pod.uid in self._bound:
                 return
             old = self._tentative.get(pod.uid)
             if old is not None:
-                self._unindex(pod.uid, old.node)
+                if old.node == node and now - old.at < 1.0:
+                    return  # the same hold, refreshed within a second: nothing changes
+                self._unindex(pod.uid, old.node, touched)
             e = Estimate(pod.uid, f"{pod.namespace}/{pod.name}", node, cpu, mem, now, tentative=True)
             self._tentative[pod.uid] = e
-            self._index(e)
+            self._index(e, touched)
+        self._notify(touched)
 
     def bound(self, pod: PodInfo | None, uid: str, node: str, at: float, name: str = "") -> None:
         """Record a pod placed on ``node`` at ``at``; keeps an existing record for the same node."""
         now = self.clock()
+        longest = max((ttl for _, _, ttl in self._plan), default=0.0)
+        touched: set[str] = set()
         with self._lock:
             existing = self._bound.get(uid)
             if existing is not None and existing.node == node:
                 return
             held = self._tentative.pop(uid, None)
             if held is not None:
-                self._unindex(uid, held.node)
+                self._unindex(uid, held.node, touched)
             if existing is not None:
-                self._unindex(uid, existing.node)
+                del self._bound[uid]
+                self._unindex(uid, existing.node, touched)
+            size = None
             if pod is not None:
                 cpu, mem = estimate_usage(pod, self._policy.estimation)
-                label = f"{pod.namespace}/{pod.name}"
+                size = (cpu, mem, f"{pod.namespace}/{pod.name}")
             elif held is not None:
-                cpu, mem, label = held.cpu_milli, held.memory_bytes, held.pod
-            else:
-                return  # nothing known about its size; the pod watch will report it
-            longest = max((ttl for _, _, ttl in self._plan), default=0.0)
-            if at + longest <= now:
-                return  # placed so long ago that every measurement already includes it
-            e = Estimate(uid, name or label, node, cpu, mem, at)
-            self._bound[uid] = e
-            self._index(e)
+                size = (held.cpu_milli, held.memory_bytes, held.pod)
+            # Unknown size (the pod watch will report it) or placed so long ago that every measurement
+            # already includes it: nothing to record.
+            if size is not None and at + longest > now:
+                e = Estimate(uid, name or size[2], node, size[0], size[1], at)
+                self._bound[uid] = e
+                self._index(e, touched)
+        self._notify(touched)
 
     def forget(self, uid: str) -> None:
         """A pod deleted, finished or failed to bind: its estimate leaves at once."""
+        touched: set[str] = set()
         with self._lock:
             for cache in (self._bound, self._tentative):
                 e = cache.pop(uid, None)
                 if e is not None:
-                    self._unindex(uid, e.node)
+                    self._unindex(uid, e.node, touched)
+        self._notify(touched)
 
     def drop_tentative(self, uid: str) -> None:
+        touched: set[str] = set()
         with self._lock:
             e = self._tentative.pop(uid, None)
             if e is not None:
-                self._unindex(uid, e.node)
+                self._unindex(uid, e.node, touched)
+        self._notify(touched)
 
     def known(self, uid: str) -> Estimate | None:
         with self._lock:

@@ -11,12 +11,13 @@ from typing import Any, Protocol
 
 from app.annotations import HOT_VALUE_VALID_SECONDS
 from app.estimation import Estimate, Ledger, estimate_usage
-from app.load import check_node, score_node
+from app.load import Rejection, check_node, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
 from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
 from app.policy_store import PolicyStore
+from app.verdicts import TIGHT_CPU_MILLI, TIGHT_MEMORY_BYTES, UNSURE, VerdictBoard, judge
 from app.wire import BadRequest, ExtenderArgs
 
 log = logging.getLogger("ballast.extender")
@@ -50,12 +51,30 @@ class Extender:
         """Whole-node mode: the last parse of each node by name, reused while its resourceVersion holds."""
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
+        self.board: VerdictBoard | None = None
+        if source is not None and ledger is not None:
+            board = VerdictBoard(source.node, lambda: self.store.current, ledger)
+            self.board = board
+            ledger.listeners.append(lambda nodes: board.update(nodes, self.clock()))
+            listeners = getattr(source, "node_listeners", None)
+            if listeners is not None:
+                listeners.append(self._node_changed)
+            board.rebuild(source.node_names(), clock())
         store.on_change(self._policy_changed)
+
+    def _node_changed(self, event_type: str, obj: dict[str, Any] | None) -> None:
+        assert self.board is not None and self.source is not None
+        if obj is None:  # a relist replaced everything
+            self.board.rebuild(self.source.node_names(), self.clock())
+        else:
+            self.board.update([obj["metadata"]["name"]], self.clock())
 
     def _policy_changed(self, policy: Policy) -> None:
         self._parsed.clear()
         if self.ledger is not None:
             self.ledger.set_policy(policy)
+        if self.board is not None and self.source is not None:
+            self.board.rebuild(self.source.node_names(), self.clock())
 
     # -- node lookup --------------------------------------------------------------------------------
 
@@ -151,16 +170,19 @@ class Extender:
             passing = list(names)
         else:
             passing = []
-            for name in names:
+            append = passing.append
+            for name in names if self.board is None else ():
                 load = self._from_name(name)
                 rejection = None
                 if load is not None:
                     rejection = check_node(load, policy, now, self._extra(load, policy, now, incoming))
                 if rejection is None:
-                    passing.append(name)
+                    append(name)
                 else:
                     failed[name] = rejection.reason
                     self.metrics.rejected.labels(rejection.metric).inc()
+            if self.board is not None:
+                passing, failed = self._filter_from_board(pod, names, incoming, policy, now)
             self._hold_single(pod, passing, now)
         return {
             "Nodes": None,
@@ -169,6 +191,48 @@ class Extender:
             "FailedAndUnresolvableNodes": {},
             "Error": "",
         }
+
+    def _filter_from_board(
+        self, pod: PodInfo, names: list[str], incoming: Estimate | None, policy: Policy, now: float
+    ) -> tuple[list[str], dict[str, str]]:
+        """Names-mode filter from the verdict board: non-tight nodes pass at the cost of a set lookup, tight
+        ones are judged from precomputed rooms, and only the pod's own hold, nodes the board lacks and
+        float ties take the exact path. Same verdicts and reasons as ``check_node`` (tests compare)."""
+        board = self.board
+        assert board is not None
+        board.refresh(now)
+        cpu = incoming.cpu_milli if incoming is not None else 0
+        mem = incoming.memory_bytes if incoming is not None else 0
+        small = cpu < TIGHT_CPU_MILLI - 1 and mem < TIGHT_MEMORY_BYTES - (1 << 20)
+        tight = board.tight
+        derived = board.derived
+        special: set[str] = set()
+        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
+        if own is not None:
+            special.add(own.node)
+        if len(names) > len(derived):
+            special.update(n for n in names if n not in derived)
+        passing: list[str] = []
+        failed: dict[str, str] = {}
+        append = passing.append
+        for name in names:
+            if small and name not in tight and name not in special:
+                append(name)
+                continue
+            d = derived.get(name)
+            verdict = UNSURE if d is None or name in special else judge(d, cpu, mem, now)
+            if verdict is UNSURE:
+                load = self._from_name(name)
+                verdict = None
+                if load is not None:
+                    verdict = check_node(load, policy, now, self._extra(load, policy, now, incoming))
+            if verdict is None:
+                append(name)
+            else:
+                assert isinstance(verdict, Rejection)
+                failed[name] = verdict.reason
+                self.metrics.rejected.labels(verdict.metric).inc()
+        return passing, failed
 
     def _hold_single(self, pod: PodInfo, passing: list[str], now: float) -> None:
         """With one feasible node kube-scheduler skips prioritize: hold the estimate here instead."""
@@ -188,6 +252,8 @@ class Extender:
             if self.source is None:
                 self._names_only_without_cache()
                 return [{"Host": name, "Score": 0} for name in names]
+            if self.board is not None:
+                return self._prioritize_from_board(pod, names, policy, now)
             loads = [self._from_name(n) or NodeLoad(n) for n in names]
         out: list[dict[str, Any]] = []
         best: tuple[int, str] | None = None
@@ -200,6 +266,32 @@ class Extender:
             # kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most
             # likely get, so the next pod's filter sees it before the bind arrives.
             self.ledger.hold(pod, best[1], now)
+        return out
+
+    def _prioritize_from_board(
+        self, pod: PodInfo, names: list[str], policy: Policy, now: float
+    ) -> list[dict]:
+        board = self.board
+        assert board is not None
+        board.refresh(now)
+        scores = board.score
+        out = [{"Host": n, "Score": scores.get(n, 0)} for n in names]
+        exact = set()
+        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
+        if own is not None:
+            exact.add(own.node)
+        if len(names) > len(scores):
+            exact.update(n for n in names if n not in scores)
+        if exact:
+            for entry in out:
+                if entry["Host"] in exact:
+                    load = self._from_name(entry["Host"])
+                    if load is not None:
+                        extra = self._extra(load, policy, now, None, skip=pod.uid)
+                        entry["Score"] = score_node(load, policy, now, extra).score
+        if self.ledger is not None and out and not pod.daemonset:
+            best = max(out, key=lambda e: e["Score"])
+            self.ledger.hold(pod, best["Host"], now)
         return out
 
     def preempt(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agent.quantity import parse_bytes as memory_bytes
+from agent.quantity import parse_cpu_milli as cpu_milli
 from app.annotations import HOT_VALUE_KEY, Sample, parse_sample
 from app.policy import Policy
-from app.quantity import cpu_milli, memory_bytes
 
 
 @dataclass(frozen=True, slots=True)

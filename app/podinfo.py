@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.quantity import cpu_milli, memory_bytes
+from agent.quantity import parse_bytes as memory_bytes
+from agent.quantity import parse_cpu_milli as cpu_milli
 from app.wire import BadRequest
 
 
@@ -50,6 +51,8 @@ def _resources(containers: Any, field: str) -> list[tuple[int, int, int, int]]:
             mem_req = memory_bytes(req["memory"]) if "memory" in req else mem_lim
         except ValueError as exc:
             raise BadRequest(f"{field}[{i}].resources", str(exc)) from exc
+        if min(cpu_req, cpu_lim, mem_req, mem_lim) < 0:
+            raise BadRequest(f"{field}[{i}].resources", "quantities must not be negative")
         out.append((cpu_req, cpu_lim, mem_req, mem_lim))
     return out
 

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
+from agent.quantity import parse_quantity
 from app.annotations import EXTRA_ACTIVE_SECONDS
 from app.durations import parse_duration
 
@@ -201,13 +202,6 @@ class _Checker:
         return seconds
 
 
-def _quantity(value: Any) -> float:
-    """Tiny quantity reader for the two defaults in ``spec.estimation`` (full parser lives in quantity.py)."""
-    from app.quantity import parse_quantity
-
-    return float(parse_quantity(value))
-
-
 def build_policy(document: Any, source: str = "<memory>") -> Policy:
     """Validate a parsed policy document and build the immutable ``Policy``, or raise ``PolicyError``."""
     c = _Checker()
@@ -327,7 +321,7 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
         ):
             if key in est:
                 try:
-                    kw[attr] = int(_quantity(est[key]) * scale)
+                    kw[attr] = math.ceil(parse_quantity(est[key]) * scale)
                 except ValueError as exc:
                     c.fail(f"spec.estimation.{key}", str(exc))
         if "ttl" in est and (v := c.duration(est["ttl"], "spec.estimation.ttl")) is not None:

@@ -139,6 +139,16 @@ def test_lowercase_keys_accepted(client: TestClient) -> None:
             "Pod.spec.containers[0].resources",
         ),
         (b'{"Pod": {"metadata": 5}, "NodeNames": []}', "Pod.metadata"),
+        (
+            b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"cpu": "1e99999999"}}}]}}, '
+            b'"NodeNames": []}',
+            "Pod.spec.containers[0].resources",
+        ),
+        (
+            b'{"Pod": {"spec": {"containers": [{"resources": {"requests": {"memory": "-1Gi"}}}]}}, '
+            b'"NodeNames": []}',
+            "Pod.spec.containers[0].resources",
+        ),
     ],
 )
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])

@@ -14,7 +14,17 @@ def test_help_explains_every_flag(capsys) -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["extender", "--help"])
     out = capsys.readouterr().out
-    for flag in ("--host", "--port", "--policy", "--policy-poll", "--log-level", "--log-format"):
+    for flag in (
+        "--host",
+        "--port",
+        "--policy",
+        "--policy-poll",
+        "--kubeconfig",
+        "--resync",
+        "--api-timeout",
+        "--log-level",
+        "--log-format",
+    ):
         assert flag in out
     # every option has a help text
     sub = next(a for a in parser._actions if a.dest == "command")
@@ -36,3 +46,11 @@ def test_console_script_runs() -> None:
         [sys.executable, "-m", "app.cli", "--help"], capture_output=True, text=True, check=True
     )
     assert "extender" in r.stdout
+
+
+def test_unreadable_kubeconfig_exits_2(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text("not: [a kubeconfig")
+    policy = Path(__file__).resolve().parent.parent / "scheduler_config" / "policy.yaml"
+    assert main(["extender", "--policy", str(policy), "--kubeconfig", str(cfg)]) == 2
+    assert "cannot load kubeconfig" in capsys.readouterr().err

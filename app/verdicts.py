@@ -1,0 +1,189 @@
+"""Per-node verdicts precomputed when something changes, so names-mode requests stay O(dict lookups).
+
+A node's filter verdict and score change only when (a) its Node object changes (watch event), (b) an
+estimate on it changes (hold, bind, pod watch), (c) the policy changes, or (d) time makes a value or an
+estimate expire. The board recomputes a node on (a)-(c) as they happen and on (d) via a heap of
+expiry times, and keeps:
+
+- ``score[node]``: the prioritize score (0..10) with the node's current estimates;
+- ``room``: per node the spare capacity, in millicores and bytes, before the tightest fresh predicate of
+  that resource would be crossed, counting estimates already on the node;
+- ``tight``: nodes whose room is below the thresholds ``TIGHT_CPU_MILLI`` / ``TIGHT_MEMORY_BYTES`` or
+  that are already over a limit.
+
+A pod whose own estimate is within the thresholds passes every node outside ``tight`` without any
+computation; tight nodes, and pods bigger than the thresholds, take the exact path (``app.load``),
+which also writes the rejection reason. The board is an optimisation only: ``check_node`` and
+``score_node`` remain the definition, and the tests compare the two.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from app.annotations import HOT_VALUE_VALID_SECONDS
+from app.estimation import Ledger
+from app.load import Rejection, check_node, score_node
+from app.nodestate import NodeLoad
+from app.policy import Policy
+
+TIGHT_CPU_MILLI = 2000
+TIGHT_MEMORY_BYTES = 4 << 30
+
+
+_RESOURCE_INDEX = {"cpu": 0, "memory": 1}
+UNSURE = object()
+"""``judge`` could not tell within float precision; the caller takes the exact path."""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One fresh predicate of a node, with the room left before it rejects (in resource units)."""
+
+    metric: str
+    resource: int
+    """0 cpu, 1 memory, 2 neither (no estimate applies: only the measured value counts)."""
+    room: float
+    value: float
+    extra: float
+    limit: float
+    timestamp: float
+    allocatable: int
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    load: NodeLoad
+    until: float
+    cpu_room: float
+    memory_room: float
+    blocked: bool
+    score: int
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def tight(self) -> bool:
+        return self.blocked or self.cpu_room < TIGHT_CPU_MILLI or self.memory_room < TIGHT_MEMORY_BYTES
+
+
+def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
+    """The node's standing verdict and score at ``now``, and until when they hold."""
+    extra = ledger.extra(load, policy, now)
+    blocked = check_node(load, policy, now, extra) is not None
+    score = score_node(load, policy, now, extra).score
+    until = math.inf
+    rooms = {"cpu": math.inf, "memory": math.inf}
+    checks = []
+    for name, limit, valid, resource in policy.predicate_plan:
+        sample = load.samples.get(name)
+        if sample is None or sample.timestamp + valid <= now:
+            continue
+        until = min(until, sample.timestamp + valid)
+        alloc = load.allocatable_cpu_milli if resource == "cpu" else load.allocatable_memory_bytes
+        index = _RESOURCE_INDEX.get(resource, 2) if alloc else 2
+        add = extra.get(name, 0.0)
+        room = (limit - sample.value - add) * alloc if index < 2 and alloc else math.inf
+        if index < 2:
+            rooms[resource] = min(rooms[resource], room)
+        checks.append(Check(name, index, room, sample.value, add, limit, sample.timestamp, alloc or 0))
+    for name, _weight, valid, _resource in policy.priority_plan:
+        sample = load.samples.get(name)
+        if sample is not None and sample.timestamp + valid > now:
+            until = min(until, sample.timestamp + valid)
+    if load.hot is not None and load.hot.timestamp + HOT_VALUE_VALID_SECONDS > now:
+        until = min(until, load.hot.timestamp + HOT_VALUE_VALID_SECONDS)
+    for e in ledger.on_node(load.name):
+        ttl = policy.estimation.tentative_ttl if e.tentative else ledger.shortest_ttl
+        until = min(until, e.at + ttl)
+    return Derived(load, until, rooms["cpu"], rooms["memory"], blocked, score, tuple(checks))
+
+
+def judge(d: Derived, cpu_milli: int, memory_bytes: int, now: float) -> Rejection | object | None:
+    """``check_node`` for a pod of this size, from the precomputed checks: the same predicate order,
+    the same verdict and reason; ``UNSURE`` when the margin is within float noise."""
+    for c in d.checks:
+        if c.resource == 2:
+            if c.value + c.extra > c.limit:
+                return Rejection(c.metric, c.value, c.extra, c.limit, now - c.timestamp)
+            continue
+        amount = cpu_milli if c.resource == 0 else memory_bytes
+        margin = c.room - amount
+        noise = 1e-9 * c.allocatable
+        if -noise <= margin <= noise:
+            return UNSURE
+        if margin < 0:
+            return Rejection(c.metric, c.value, c.extra + amount / c.allocatable, c.limit, now - c.timestamp)
+    return None
+
+
+class VerdictBoard:
+    """Standing verdicts of every cached node; see the module docstring."""
+
+    def __init__(
+        self, lookup: Callable[[str], NodeLoad | None], policy: Callable[[], Policy], ledger: Ledger
+    ):
+        self._lookup = lookup
+        self._policy = policy
+        self.ledger = ledger
+        self._lock = threading.Lock()
+        self.derived: dict[str, Derived] = {}
+        self.score: dict[str, int] = {}
+        self.tight: set[str] = set()
+        self._heap: list[tuple[float, str]] = []
+        self.next_until = math.inf
+        self.recomputed = 0
+
+    def _set(self, name: str, now: float) -> None:
+        load = self._lookup(name)
+        if load is None:
+            self.derived.pop(name, None)
+            self.score.pop(name, None)
+            self.tight.discard(name)
+            return
+        d = derive(load, self._policy(), self.ledger, now)
+        self.recomputed += 1
+        self.derived[name] = d
+        self.score[name] = d.score
+        if d.tight:
+            self.tight.add(name)
+        else:
+            self.tight.discard(name)
+        if d.until != math.inf:
+            heapq.heappush(self._heap, (d.until, name))
+            self.next_until = self._heap[0][0]
+
+    def update(self, names: Iterable[str], now: float) -> None:
+        """Recompute these nodes now (a watch event or an estimate changed them)."""
+        with self._lock:
+            for name in names:
+                self._set(name, now)
+
+    def rebuild(self, names: Iterable[str], now: float) -> None:
+        """Recompute everything (a relist or a policy change)."""
+        with self._lock:
+            self.derived.clear()
+            self.score.clear()
+            self.tight.clear()
+            self._heap.clear()
+            self.next_until = math.inf
+            for name in names:
+                self._set(name, now)
+
+    def refresh(self, now: float) -> None:
+        """Recompute nodes whose standing verdict expired by ``now``; cheap when none did."""
+        if now < self.next_until:
+            return
+        with self._lock:
+            due = set()
+            while self._heap and self._heap[0][0] <= now:
+                _, name = heapq.heappop(self._heap)
+                d = self.derived.get(name)
+                if d is not None and d.until <= now:
+                    due.add(name)
+            for name in due:
+                self._set(name, now)
+            self.next_until = self._heap[0][0] if self._heap else math.inf

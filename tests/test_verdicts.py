@@ -1,0 +1,124 @@
+"""The verdict board is an optimisation: it must give exactly what check_node/score_node give."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.annotations import format_hot_value, format_load
+from app.estimation import Ledger
+from app.extender import Extender
+from app.load import check_node, score_node
+from app.metrics import ExtenderMetrics
+from app.nodestate import NodeLoad, parse_node
+from app.podinfo import PodInfo
+from app.policy import load_policy
+from app.policy_store import PolicyStore
+from app.verdicts import UNSURE, VerdictBoard, derive, judge
+from app.wire import ExtenderArgs
+from tests.conftest import POLICY_FILE
+
+POLICY = load_policy(POLICY_FILE)
+NOW = 1_800_000_000.0
+METRICS = list(POLICY.sync_periods)
+
+sample = st.one_of(st.none(), st.tuples(st.floats(0, 1), st.floats(0, 4 * 3600)))
+node_st = st.fixed_dictionaries(
+    {
+        "values": st.fixed_dictionaries({m: sample for m in METRICS}),
+        "hot": st.one_of(st.none(), st.tuples(st.integers(0, 5), st.floats(0, 600))),
+        "cpu": st.sampled_from([None, 2000, 3920, 7910, 64000]),
+        "mem": st.sampled_from([None, 8 << 30, 32 << 30]),
+    }
+)
+pod_st = st.tuples(st.integers(0, 8000), st.integers(0, 16 << 30))
+estimates_st = st.lists(st.tuples(pod_st, st.floats(0, 1200), st.booleans()), max_size=5)
+
+
+class Source:
+    def __init__(self, loads: dict[str, NodeLoad]) -> None:
+        self.loads = loads
+        self.node_listeners: list = []
+
+    def node(self, name: str) -> NodeLoad | None:
+        return self.loads.get(name)
+
+    def node_names(self):
+        return list(self.loads)
+
+    def pod(self, uid: str):
+        return None
+
+
+def make_load(name: str, spec: dict) -> NodeLoad:
+    ann = {m: format_load(v, NOW - age) for m, s in spec["values"].items() if s is not None for v, age in [s]}
+    if spec["hot"] is not None:
+        ann["node_hot_value"] = format_hot_value(spec["hot"][0], NOW - spec["hot"][1])
+    alloc = {}
+    if spec["cpu"]:
+        alloc["cpu"] = f"{spec['cpu']}m"
+    if spec["mem"]:
+        alloc["memory"] = str(spec["mem"])
+    return parse_node(
+        {"metadata": {"name": name, "annotations": ann}, "status": {"allocatable": alloc}}, POLICY
+    )
+
+
+def info(uid: str, cpu: int, mem: int) -> PodInfo:
+    return PodInfo("ns", uid, uid, False, cpu, cpu, mem, mem)
+
+
+@given(spec=node_st, estimates=estimates_st, pod=pod_st)
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+def test_judge_equals_check_node(spec, estimates, pod) -> None:
+    load = make_load("n", spec)
+    ledger = Ledger(POLICY, clock=lambda: NOW)
+    for i, ((cpu, mem), age, tentative) in enumerate(estimates):
+        p = info(f"e{i}", cpu, mem)
+        if tentative:
+            ledger.hold(p, "n", NOW - min(age, 29))
+        else:
+            ledger.bound(p, p.uid, "n", NOW - age)
+    d = derive(load, POLICY, ledger, NOW)
+    incoming = ledger.incoming(info("in", *pod), NOW)
+    exact = check_node(load, POLICY, NOW, ledger.extra(load, POLICY, NOW, incoming))
+    fast = judge(d, incoming.cpu_milli, incoming.memory_bytes, NOW)
+    if fast is not UNSURE:
+        assert (fast.reason if fast else None) == (exact.reason if exact else None)
+    assert d.score == score_node(load, POLICY, NOW, ledger.extra(load, POLICY, NOW)).score
+    assert d.blocked == (check_node(load, POLICY, NOW, ledger.extra(load, POLICY, NOW)) is not None)
+
+
+@given(specs=st.lists(node_st, min_size=1, max_size=12), pods=st.lists(pod_st, min_size=1, max_size=6))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+def test_board_filter_and_prioritize_equal_exact_path(specs, pods) -> None:
+    """A burst through the board-backed extender answers exactly as the per-node exact path would."""
+    loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
+    names = [*loads, "unknown"]
+    fast = Extender(
+        PolicyStore(POLICY), ExtenderMetrics(), Source(loads), Ledger(POLICY, lambda: NOW), lambda: NOW
+    )
+    slow = Extender(
+        PolicyStore(POLICY), ExtenderMetrics(), Source(loads), Ledger(POLICY, lambda: NOW), lambda: NOW
+    )
+    slow.board = None  # the per-node exact path
+    for i, (cpu, mem) in enumerate(pods):
+        pod = {
+            "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"},
+            "spec": {"containers": [{"resources": {"requests": {"cpu": f"{cpu}m", "memory": str(mem)}}}]},
+        }
+        args = ExtenderArgs(pod, None, names)
+        assert fast.filter(args) == slow.filter(args)
+        assert fast.prioritize(args) == slow.prioritize(args)
+
+
+def test_board_recomputes_when_values_expire() -> None:
+    clock = [NOW]
+    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.9, 0)}, "hot": None, "cpu": 4000, "mem": None})
+    ledger = Ledger(POLICY, clock=lambda: clock[0])
+    board = VerdictBoard({"n": load}.get, lambda: POLICY, ledger)
+    board.rebuild(["n"], clock[0])
+    assert board.derived["n"].blocked and "n" in board.tight
+    clock[0] = NOW + 3 * 60 + 5 * 60 + 1  # the 5m value is stale after period 3m + 5m
+    board.refresh(clock[0])
+    assert not board.derived["n"].blocked and "n" not in board.tight

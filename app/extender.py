@@ -17,7 +17,7 @@ from app.nodestate import NodeLoad, parse_node
 from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
 from app.policy_store import PolicyStore
-from app.verdicts import TIGHT_CPU_MILLI, TIGHT_MEMORY_BYTES, UNSURE, VerdictBoard, judge
+from app.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, judge, tier
 from app.wire import BadRequest, ExtenderArgs
 
 log = logging.getLogger("ballast.extender")
@@ -52,6 +52,7 @@ class Extender:
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self.board: VerdictBoard | None = None
+        self._rejected_children: dict[str, Any] = {}
         if source is not None and ledger is not None:
             board = VerdictBoard(source.node, lambda: self.store.current, ledger)
             self.board = board
@@ -152,7 +153,7 @@ class Extender:
                     passing_nodes.append(node)
                 else:
                     failed[load.name] = rejection.reason
-                    self.metrics.rejected.labels(rejection.metric).inc()
+                    self._rejected(rejection.metric).inc()
             self._hold_single(pod, [n["metadata"]["name"] for n in passing_nodes], now)
             return {
                 "Nodes": {"metadata": {}, "items": passing_nodes},
@@ -180,7 +181,7 @@ class Extender:
                     append(name)
                 else:
                     failed[name] = rejection.reason
-                    self.metrics.rejected.labels(rejection.metric).inc()
+                    self._rejected(rejection.metric).inc()
             if self.board is not None:
                 passing, failed = self._filter_from_board(pod, names, incoming, policy, now)
             self._hold_single(pod, passing, now)
@@ -203,8 +204,11 @@ class Extender:
         board.refresh(now)
         cpu = incoming.cpu_milli if incoming is not None else 0
         mem = incoming.memory_bytes if incoming is not None else 0
-        small = cpu < TIGHT_CPU_MILLI - 1 and mem < TIGHT_MEMORY_BYTES - (1 << 20)
-        tight = board.tight
+        cpu_tier, mem_tier = tier(cpu, CPU_TIERS), tier(mem, MEMORY_TIERS)
+        small = cpu_tier is not None and mem_tier is not None
+        blocked = board.blocked
+        tight_cpu = board.tight_cpu[cpu_tier] if cpu_tier is not None else blocked
+        tight_mem = board.tight_memory[mem_tier] if mem_tier is not None else blocked
         derived = board.derived
         special: set[str] = set()
         own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
@@ -216,7 +220,13 @@ class Extender:
         failed: dict[str, str] = {}
         append = passing.append
         for name in names:
-            if small and name not in tight and name not in special:
+            if (
+                small
+                and name not in blocked
+                and name not in tight_cpu
+                and name not in tight_mem
+                and (not special or name not in special)
+            ):
                 append(name)
                 continue
             d = derived.get(name)
@@ -231,8 +241,14 @@ class Extender:
             else:
                 assert isinstance(verdict, Rejection)
                 failed[name] = verdict.reason
-                self.metrics.rejected.labels(verdict.metric).inc()
+                self._rejected(verdict.metric).inc()
         return passing, failed
+
+    def _rejected(self, metric: str):
+        child = self._rejected_children.get(metric)
+        if child is None:
+            child = self._rejected_children[metric] = self.metrics.rejected.labels(metric)
+        return child
 
     def _hold_single(self, pod: PodInfo, passing: list[str], now: float) -> None:
         """With one feasible node kube-scheduler skips prioritize: hold the estimate here instead."""

@@ -8,13 +8,15 @@ expiry times, and keeps:
 - ``score[node]``: the prioritize score (0..10) with the node's current estimates;
 - ``room``: per node the spare capacity, in millicores and bytes, before the tightest fresh predicate of
   that resource would be crossed, counting estimates already on the node;
-- ``tight``: nodes whose room is below the thresholds ``TIGHT_CPU_MILLI`` / ``TIGHT_MEMORY_BYTES`` or
-  that are already over a limit.
+- ``blocked``: nodes already over a limit, whatever the pod;
+- ``tight_cpu[i]`` / ``tight_memory[i]``: nodes whose room is below tier ``CPU_TIERS[i]`` /
+  ``MEMORY_TIERS[i]``.
 
-A pod whose own estimate is within the thresholds passes every node outside ``tight`` without any
-computation; tight nodes, and pods bigger than the thresholds, take the exact path (``app.load``),
-which also writes the rejection reason. The board is an optimisation only: ``check_node`` and
-``score_node`` remain the definition, and the tests compare the two.
+A pod whose estimate fits under tiers i (cpu) and j (memory) passes every node outside ``blocked``,
+``tight_cpu[i]`` and ``tight_memory[j]`` at the cost of three set lookups; the others are judged from
+precomputed per-predicate rooms (``judge``), and only float ties take the exact path (``app.load``).
+The board is an optimisation only: ``check_node`` and ``score_node`` remain the definition, and the
+tests compare the two.
 """
 
 from __future__ import annotations
@@ -31,8 +33,19 @@ from app.load import Rejection, check_node, score_node
 from app.nodestate import NodeLoad
 from app.policy import Policy
 
-TIGHT_CPU_MILLI = 2000
-TIGHT_MEMORY_BYTES = 4 << 30
+CPU_TIERS = (100, 250, 500, 1000, 2000, 4000, 8000, 16000)
+"""Millicores; a pod whose estimate is below a tier skips nodes with at least that much room."""
+MEMORY_TIERS = tuple(mib << 20 for mib in (128, 256, 512, 1024, 2048, 4096, 8192, 16384))
+_MARGIN = 1.0
+"""Stay a little below a tier so float noise never decides (rooms are exact only to ~1e-9)."""
+
+
+def tier(amount: int, tiers: tuple[int, ...]) -> int | None:
+    """The first tier strictly above ``amount`` (with margin), or ``None`` when the pod is bigger than all."""
+    for i, t in enumerate(tiers):
+        if amount < t - _MARGIN:
+            return i
+    return None
 
 
 _RESOURCE_INDEX = {"cpu": 0, "memory": 1}
@@ -64,10 +77,6 @@ class Derived:
     blocked: bool
     score: int
     checks: tuple[Check, ...] = ()
-
-    @property
-    def tight(self) -> bool:
-        return self.blocked or self.cpu_room < TIGHT_CPU_MILLI or self.memory_room < TIGHT_MEMORY_BYTES
 
 
 def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
@@ -132,7 +141,9 @@ class VerdictBoard:
         self._lock = threading.Lock()
         self.derived: dict[str, Derived] = {}
         self.score: dict[str, int] = {}
-        self.tight: set[str] = set()
+        self.blocked: set[str] = set()
+        self.tight_cpu: list[set[str]] = [set() for _ in CPU_TIERS]
+        self.tight_memory: list[set[str]] = [set() for _ in MEMORY_TIERS]
         self._heap: list[tuple[float, str]] = []
         self.next_until = math.inf
         self.recomputed = 0
@@ -142,16 +153,22 @@ class VerdictBoard:
         if load is None:
             self.derived.pop(name, None)
             self.score.pop(name, None)
-            self.tight.discard(name)
+            self.blocked.discard(name)
+            for sets in (self.tight_cpu, self.tight_memory):
+                for members in sets:
+                    members.discard(name)
             return
         d = derive(load, self._policy(), self.ledger, now)
         self.recomputed += 1
         self.derived[name] = d
         self.score[name] = d.score
-        if d.tight:
-            self.tight.add(name)
-        else:
-            self.tight.discard(name)
+        (self.blocked.add if d.blocked else self.blocked.discard)(name)
+        for room, tiers, sets in (
+            (d.cpu_room, CPU_TIERS, self.tight_cpu),
+            (d.memory_room, MEMORY_TIERS, self.tight_memory),
+        ):
+            for t, members in zip(tiers, sets, strict=True):
+                (members.add if room < t else members.discard)(name)
         if d.until != math.inf:
             heapq.heappush(self._heap, (d.until, name))
             self.next_until = self._heap[0][0]
@@ -167,7 +184,9 @@ class VerdictBoard:
         with self._lock:
             self.derived.clear()
             self.score.clear()
-            self.tight.clear()
+            self.blocked.clear()
+            for members in (*self.tight_cpu, *self.tight_memory):
+                members.clear()
             self._heap.clear()
             self.next_until = math.inf
             for name in names:

@@ -59,12 +59,15 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,5000")
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--updates-per-second", type=float, default=100.0)
+    ap.add_argument(
+        "--hot-fraction", type=float, default=0.1, help="share of nodes over a limit (1.0: worst case)"
+    )
     args = ap.parse_args()
     rows: list[tuple[int, str, Timing, Timing]] = []
     churn: list[tuple[int, Timing, Timing, float]] = []
     for size in (int(s) for s in args.sizes.split(",")):
         with FakeKube() as fake, tempfile.TemporaryDirectory() as tmp:
-            nodes = make_nodes(size)
+            nodes = make_nodes(size, hot_fraction=args.hot_fraction)
             for n in nodes:
                 n["metadata"].pop("resourceVersion", None)
                 n["metadata"].pop("uid", None)

@@ -38,7 +38,11 @@ def _templates() -> list[dict[str, Any]]:
     raise RuntimeError("fixture nodes not found (../shared/fixtures/extender)")
 
 
-def make_nodes(count: int, seed: int = 7, now: float | None = None) -> list[dict[str, Any]]:
+def make_nodes(
+    count: int, seed: int = 7, now: float | None = None, hot_fraction: float = 0.1
+) -> list[dict[str, Any]]:
+    """``count`` nodes; ``hot_fraction`` of them run over the default limits (0.70-0.95), the rest at
+    0.10-0.55. ``hot_fraction=1.0`` is the worst case for the extender: every node needs a verdict."""
     rng = random.Random(seed)
     now = now or time.time()
     templates = _templates()
@@ -52,8 +56,10 @@ def make_nodes(count: int, seed: int = 7, now: float | None = None) -> list[dict
         meta["resourceVersion"] = str(1000 + i)
         meta["labels"]["kubernetes.io/hostname"] = name
         ann = meta.setdefault("annotations", {})
+        hot = rng.random() < hot_fraction
         for m in METRICS:
-            ann[m] = format_load(rng.uniform(0.05, 0.9), now - rng.uniform(0, 120))
+            value = rng.uniform(0.70, 0.95) if hot else rng.uniform(0.10, 0.55)
+            ann[m] = format_load(value, now - rng.uniform(0, 120))
         ann["node_hot_value"] = format_hot_value(rng.choice((0, 0, 0, 1, 2)), now - 30)
         for addr in node["status"].get("addresses", []):
             if addr["type"] == "InternalIP":

@@ -46,3 +46,6 @@ def read_fixture(rel: str) -> dict:
 @pytest.fixture
 def policy() -> Policy:
     return load_policy(POLICY_FILE)
+
+
+pytest_plugins = ["tests.fakekube.pytest_plugin"]

@@ -118,7 +118,7 @@ def test_board_recomputes_when_values_expire() -> None:
     ledger = Ledger(POLICY, clock=lambda: clock[0])
     board = VerdictBoard({"n": load}.get, lambda: POLICY, ledger)
     board.rebuild(["n"], clock[0])
-    assert board.derived["n"].blocked and "n" in board.tight
+    assert board.derived["n"].blocked and "n" in board.blocked
     clock[0] = NOW + 3 * 60 + 5 * 60 + 1  # the 5m value is stale after period 3m + 5m
     board.refresh(clock[0])
-    assert not board.derived["n"].blocked and "n" not in board.tight
+    assert not board.derived["n"].blocked and "n" not in board.blocked

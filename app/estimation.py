@@ -229,6 +229,24 @@ class Ledger:
         cpu, mem = estimate_usage(pod, self._policy.estimation)
         return Estimate(pod.uid, f"{pod.namespace}/{pod.name}", "", cpu, mem, now, tentative=True)
 
+    def units(self, load: NodeLoad, now: float, skip: str | None = None) -> dict[str, int]:
+        """Estimated amounts (millicores or bytes) counted per metric on this node, no incoming pod."""
+        out: dict[str, int] = {}
+        if not self._by_node.get(load.name):
+            return out
+        estimates = self.on_node(load.name)
+        for metric, resource, ttl in self._plan:
+            sample = load.samples.get(metric)
+            if sample is None:
+                continue
+            total = 0
+            for e in estimates:
+                if e.uid != skip and e.at > sample.timestamp and e.at + ttl > now:
+                    total += e.amount(resource)
+            if total:
+                out[metric] = total
+        return out
+
     def extra(
         self,
         load: NodeLoad,
@@ -246,21 +264,17 @@ class Ledger:
         """
         if not self._by_node.get(load.name) and incoming is None and not minus:
             return {}
-        estimates = self.on_node(load.name)
         if incoming is not None:
             skip = incoming.uid
+        counted = self.units(load, now, skip)
         out: dict[str, float] = {}
-        for metric, resource, ttl in self._plan:
-            sample = load.samples.get(metric)
-            if sample is None:
+        for metric, resource, _ttl in self._plan:
+            if load.samples.get(metric) is None:
                 continue  # no information: nothing to add to
             alloc = load.allocatable_cpu_milli if resource == "cpu" else load.allocatable_memory_bytes
             if not alloc:
                 continue
-            total = 0
-            for e in estimates:
-                if e.uid != skip and e.at > sample.timestamp and e.at + ttl > now:
-                    total += e.amount(resource)
+            total = counted.get(metric, 0)
             if incoming is not None:
                 total += incoming.amount(resource)
             if minus:

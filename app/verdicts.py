@@ -62,7 +62,8 @@ class Check:
     """0 cpu, 1 memory, 2 neither (no estimate applies: only the measured value counts)."""
     room: float
     value: float
-    extra: float
+    units: int
+    """Estimated amount already counted for this metric (millicores or bytes)."""
     limit: float
     timestamp: float
     allocatable: int
@@ -82,6 +83,7 @@ class Derived:
 def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
     """The node's standing verdict and score at ``now``, and until when they hold."""
     extra = ledger.extra(load, policy, now)
+    units = ledger.units(load, now)
     blocked = check_node(load, policy, now, extra) is not None
     score = score_node(load, policy, now, extra).score
     until = math.inf
@@ -94,11 +96,11 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
         until = min(until, sample.timestamp + valid)
         alloc = load.allocatable_cpu_milli if resource == "cpu" else load.allocatable_memory_bytes
         index = _RESOURCE_INDEX.get(resource, 2) if alloc else 2
-        add = extra.get(name, 0.0)
-        room = (limit - sample.value - add) * alloc if index < 2 and alloc else math.inf
+        counted = units.get(name, 0) if index < 2 else 0
+        room = (limit - sample.value) * alloc - counted if index < 2 and alloc else math.inf
         if index < 2:
             rooms[resource] = min(rooms[resource], room)
-        checks.append(Check(name, index, room, sample.value, add, limit, sample.timestamp, alloc or 0))
+        checks.append(Check(name, index, room, sample.value, counted, limit, sample.timestamp, alloc or 0))
     for name, _weight, valid, _resource in policy.priority_plan:
         sample = load.samples.get(name)
         if sample is not None and sample.timestamp + valid > now:
@@ -116,8 +118,8 @@ def judge(d: Derived, cpu_milli: int, memory_bytes: int, now: float) -> Rejectio
     the same verdict and reason; ``UNSURE`` when the margin is within float noise."""
     for c in d.checks:
         if c.resource == 2:
-            if c.value + c.extra > c.limit:
-                return Rejection(c.metric, c.value, c.extra, c.limit, now - c.timestamp)
+            if c.value > c.limit:
+                return Rejection(c.metric, c.value, 0.0, c.limit, now - c.timestamp)
             continue
         amount = cpu_milli if c.resource == 0 else memory_bytes
         margin = c.room - amount
@@ -125,7 +127,9 @@ def judge(d: Derived, cpu_milli: int, memory_bytes: int, now: float) -> Rejectio
         if -noise <= margin <= noise:
             return UNSURE
         if margin < 0:
-            return Rejection(c.metric, c.value, c.extra + amount / c.allocatable, c.limit, now - c.timestamp)
+            return Rejection(
+                c.metric, c.value, (c.units + amount) / c.allocatable, c.limit, now - c.timestamp
+            )
     return None
 
 

@@ -16,9 +16,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cachetools import TTLCache
+
 from app.estimation import Ledger
 from app.kube import Kube, Reflector
 from app.nodestate import NodeLoad, parse_node
+from app.numa import (
+    NRT_PATH,
+    RESULT_ANNOTATION,
+    NodeTopology,
+    ZoneUsage,
+    parse_nrt,
+    result_zones,
+    takes_exclusive,
+)
 from app.podinfo import PodInfo, pod_info
 from app.policy_store import PolicyStore
 from app.wire import BadRequest
@@ -151,9 +162,13 @@ class _Pods:
             for r in records.values():
                 by_node.setdefault(r.node, set()).add(r.uid)
             self.cache.pods_by_node = by_node
+        with self.cache.lock:
+            self.cache.usage.clear()
         for uid in gone:
             self.cache.pod_gone(uid)
         for r in records.values():
+            if RESULT_ANNOTATION in r.annotations:
+                self.cache.assumed.pop(r.uid, None)
             if r.uid not in old:
                 self.cache.pod_bound(r)
         for cb in self.cache.pod_listeners:
@@ -169,7 +184,9 @@ class _Pods:
         )
         with self.cache.lock:
             old = self.cache.pods.get(record.uid)
+            self.cache.usage.pop(record.node, None)
             if old is not None:
+                self.cache.usage.pop(old.node, None)
                 uids = self.cache.pods_by_node.get(old.node)
                 if uids is not None:
                     uids.discard(record.uid)
@@ -180,10 +197,38 @@ class _Pods:
                 self.cache.pods_by_node.setdefault(record.node, set()).add(record.uid)
         if event_type == "DELETED" or finished or not record.node:
             self.cache.pod_gone(record.uid)
-        elif old is None or old.node != record.node:
-            self.cache.pod_bound(record)
+        else:
+            if RESULT_ANNOTATION in record.annotations:
+                self.cache.assumed.pop(record.uid, None)  # the real annotation replaces the assumption
+            if old is None or old.node != record.node:
+                self.cache.pod_bound(record)
         for cb in self.cache.pod_listeners:
             cb(event_type, obj)
+
+
+class _Topologies:
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+
+    def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
+        topos = {t.node: t for obj in objects if (t := parse_nrt(obj)) is not None}
+        with self.cache.lock:
+            self.cache.topologies = topos
+            self.cache.usage.clear()
+        for cb in self.cache.node_listeners:
+            cb("REPLACE", None)
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        topo = None if event_type == "DELETED" else parse_nrt(obj)
+        with self.cache.lock:
+            if topo is None:
+                self.cache.topologies.pop(name, None)
+            else:
+                self.cache.topologies[name] = topo
+            self.cache.usage.pop(name, None)
 
 
 class ClusterCache:
@@ -197,6 +242,7 @@ class ClusterCache:
         *,
         resync_seconds: float = 300.0,
         clock: Callable[[], float] = time.time,
+        assume_ttl: float = 300.0,
     ) -> None:
         self.kube = kube
         self.store = store
@@ -207,6 +253,13 @@ class ClusterCache:
         self.raw_nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, PodRecord] = {}
         self.pods_by_node: dict[str, set[str]] = {}
+        self.topologies: dict[str, NodeTopology] = {}
+        self.usage: dict[str, ZoneUsage] = {}
+        """Per node, what pods' topology results take; dropped on pod/NRT events, rebuilt on demand."""
+        self.assumed: TTLCache[str, tuple[str, tuple[tuple[str, int, int], ...]]] = TTLCache(
+            100_000, assume_ttl, timer=clock
+        )
+        """Results written at bind, counted until the pod's annotation arrives through the watch."""
         self.node_events = 0
         self.node_listeners: list[Callable[[str, dict], None]] = []
         self.pod_listeners: list[Callable[[str, dict | None], None]] = []
@@ -219,6 +272,14 @@ class ClusterCache:
                 params={"fieldSelector": BOUND_PODS},
                 name="pods",
                 resync_seconds=resync_seconds,
+            ),
+            Reflector(
+                kube,
+                NRT_PATH,
+                _Topologies(self),
+                name="noderesourcetopologies",
+                resync_seconds=resync_seconds,
+                optional=True,
             ),
         ]
         store.on_change(self._reparse)
@@ -262,6 +323,43 @@ class ClusterCache:
         with self.lock:
             return [self.pods[u] for u in self.pods_by_node.get(node, ()) if u in self.pods]
 
+    # -- NUMA ------------------------------------------------------------------------------------
+
+    def topology(self, node: str) -> NodeTopology | None:
+        return self.topologies.get(node)
+
+    def zone_usage(self, node: str) -> ZoneUsage:
+        """Exclusive CPUs taken per zone: topology results of the node's pods, plus bind-time assumptions."""
+        usage = self.usage.get(node)
+        if usage is None:
+            usage = ZoneUsage()
+            seen = set()
+            for r in self.pods_on(node):
+                zones = result_zones(r.annotations.get(RESULT_ANNOTATION))
+                if zones is not None:
+                    seen.add(r.uid)
+                    if takes_exclusive(r.annotations):
+                        usage.add(f"{r.namespace}/{r.name}", zones)
+            with self.lock:
+                self.usage[node] = usage
+            for uid in seen:
+                self.assumed.pop(uid, None)
+        assumed = [(uid, res) for uid, (n, res) in list(self.assumed.items()) if n == node]
+        if not assumed:
+            return usage
+        merged = ZoneUsage(
+            dict(usage.cpu_milli), dict(usage.memory_bytes), {k: list(v) for k, v in usage.pods.items()}
+        )
+        for uid, res in assumed:
+            merged.add(f"uid {uid} (assumed at bind)", [(z, cpus * 1000, mem) for z, cpus, mem in res])
+        return merged
+
+    def assume(self, uid: str, node: str, result: tuple[tuple[str, int, int], ...]) -> None:
+        self.assumed[uid] = (node, result)
+
+    def forget_assumed(self, uid: str) -> None:
+        self.assumed.pop(uid, None)
+
     # -- estimation feed -------------------------------------------------------------------------
 
     def pod_bound(self, record: PodRecord) -> None:
@@ -271,6 +369,7 @@ class ClusterCache:
         self.ledger.bound(record.info, record.uid, record.node, at)
 
     def pod_gone(self, uid: str) -> None:
+        self.assumed.pop(uid, None)
         if self.ledger is not None:
             self.ledger.forget(uid)
 

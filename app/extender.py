@@ -9,11 +9,15 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from cachetools import TTLCache
+
 from app.annotations import HOT_VALUE_VALID_SECONDS
 from app.estimation import Estimate, Ledger, estimate_usage
 from app.load import Rejection, check_node, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
+from app.numa import NumaRequest, combine, fit, numa_request, numa_score
+from app.numa_bind import MISSING
 from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
 from app.policy_store import PolicyStore
@@ -52,6 +56,8 @@ class Extender:
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self.board: VerdictBoard | None = None
+        self._numa_seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
+        """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
         self._rejected_children: dict[str, Any] = {}
         if source is not None and ledger is not None:
             board = VerdictBoard(source.node, lambda: self.store.current, ledger)
@@ -154,7 +160,12 @@ class Extender:
                 else:
                     failed[load.name] = rejection.reason
                     self._rejected(rejection.metric).inc()
-            self._hold_single(pod, [n["metadata"]["name"] for n in passing_nodes], now)
+            passing_names = [n["metadata"]["name"] for n in passing_nodes]
+            numa_failed = self._numa_filter(args.pod, pod, passing_names, failed)
+            if numa_failed:
+                passing_nodes = [n for n in passing_nodes if n["metadata"]["name"] not in numa_failed]
+                passing_names = [n for n in passing_names if n not in numa_failed]
+            self._hold_single(pod, passing_names, now)
             return {
                 "Nodes": {"metadata": {}, "items": passing_nodes},
                 "NodeNames": None,
@@ -184,6 +195,9 @@ class Extender:
                     self._rejected(rejection.metric).inc()
             if self.board is not None:
                 passing, failed = self._filter_from_board(pod, names, incoming, policy, now)
+            numa_failed = self._numa_filter(args.pod, pod, passing, failed)
+            if numa_failed:
+                passing = [n for n in passing if n not in numa_failed]
             self._hold_single(pod, passing, now)
         return {
             "Nodes": None,
@@ -244,6 +258,55 @@ class Extender:
                 self._rejected(verdict.metric).inc()
         return passing, failed
 
+    # -- NUMA ------------------------------------------------------------------------------------
+
+    def numa_seen(self, uid: str) -> NumaRequest | object | None:
+        return self._numa_seen.get(uid, MISSING)
+
+    def _numa_request(self, pod_obj: dict[str, Any], pod: PodInfo) -> NumaRequest | None:
+        req = numa_request(pod_obj)
+        if pod.uid:
+            self._numa_seen[pod.uid] = req
+        return req
+
+    def _numa_fit(self, req: NumaRequest, node: str):
+        """The NUMA fit on a node whose NRT says Ballast pins CPUs there; ``None`` otherwise (passes)."""
+        topology = getattr(self.source, "topology", None)
+        topo = topology(node) if topology is not None else None
+        if topo is None or not topo.static or not topo.zones:
+            return None
+        return fit(topo, self.source.zone_usage(node), req, self.store.current.topology.memory_aware)
+
+    def _numa_filter(
+        self, pod_obj: dict[str, Any], pod: PodInfo, passing: list[str], failed: dict
+    ) -> set[str]:
+        """Reject passing nodes where a pod that needs exclusive CPUs does not fit the NUMA zones."""
+        if pod.daemonset or getattr(self.source, "topology", None) is None:
+            return set()
+        req = self._numa_request(pod_obj, pod)
+        if req is None:
+            return set()
+        out = set()
+        for name in passing:
+            f = self._numa_fit(req, name)
+            if f is not None and not f.ok:
+                failed[name] = f.reason
+                out.add(name)
+                self._rejected("numa").inc()
+        return out
+
+    def _numa_scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> None:
+        if pod.daemonset or getattr(self.source, "topology", None) is None:
+            return
+        req = self._numa_request(pod_obj, pod)
+        if req is None:
+            return
+        weight = self.store.current.topology.score_weight
+        for entry in out:
+            f = self._numa_fit(req, entry["Host"])
+            if f is not None:
+                entry["Score"] = combine(entry["Score"], numa_score(f), weight)
+
     def _rejected(self, metric: str):
         child = self._rejected_children.get(metric)
         if child is None:
@@ -269,23 +332,22 @@ class Extender:
                 self._names_only_without_cache()
                 return [{"Host": name, "Score": 0} for name in names]
             if self.board is not None:
-                return self._prioritize_from_board(pod, names, policy, now)
+                return self._prioritize_from_board(args.pod, pod, names, policy, now)
             loads = [self._from_name(n) or NodeLoad(n) for n in names]
         out: list[dict[str, Any]] = []
-        best: tuple[int, str] | None = None
         for load in loads:
             score = score_node(load, policy, now, self._extra(load, policy, now, None, skip=pod.uid)).score
             out.append({"Host": load.name, "Score": score})
-            if best is None or score > best[0]:
-                best = (score, load.name)
-        if self.ledger is not None and best is not None and not pod.daemonset:
+        self._numa_scores(args.pod, pod, out)
+        if self.ledger is not None and out and not pod.daemonset:
             # kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most
             # likely get, so the next pod's filter sees it before the bind arrives.
-            self.ledger.hold(pod, best[1], now)
+            best = max(out, key=lambda e: e["Score"])
+            self.ledger.hold(pod, best["Host"], now)
         return out
 
     def _prioritize_from_board(
-        self, pod: PodInfo, names: list[str], policy: Policy, now: float
+        self, pod_obj: dict[str, Any], pod: PodInfo, names: list[str], policy: Policy, now: float
     ) -> list[dict]:
         board = self.board
         assert board is not None
@@ -305,6 +367,7 @@ class Extender:
                     if load is not None:
                         extra = self._extra(load, policy, now, None, skip=pod.uid)
                         entry["Score"] = score_node(load, policy, now, extra).score
+        self._numa_scores(pod_obj, pod, out)
         if self.ledger is not None and out and not pod.daemonset:
             best = max(out, key=lambda e: e["Score"])
             self.ledger.hold(pod, best["Host"], now)
@@ -467,7 +530,48 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
         "filter": {"passes": rejection is None, "reason": None if rejection is None else rejection.reason}
         | ({"note": "DaemonSet pods always pass"} if pod.daemonset else {}),
         "score": score.to_json(),
+        "numa": numa_view(ext, load.name),
     }
+
+
+def numa_view(ext: Extender, node: str, req: NumaRequest | None = None) -> dict[str, Any] | None:
+    """The node's NUMA zones, what is taken and by which pods, and for ``req`` the fit and the choice."""
+    topology = getattr(ext.source, "topology", None)
+    topo = topology(node) if topology is not None else None
+    if topo is None:
+        return None if topology is None else {"nrt": False, "note": "no NodeResourceTopology: NUMA pods pass"}
+    usage = ext.source.zone_usage(node)
+    view: dict[str, Any] = {
+        "nrt": True,
+        "cpuManagerPolicy": "Static" if topo.static else "None",
+        "topologyAware": topo.aware,
+        "zones": [
+            {
+                "name": z.name,
+                "allocatableCpuMilli": z.cpu_milli,
+                "takenCpuMilli": usage.cpu_milli.get(z.name, 0),
+                "freeCpuMilli": z.cpu_milli - usage.cpu_milli.get(z.name, 0),
+                "allocatableMemoryBytes": z.memory_bytes,
+                "takenMemoryBytes": usage.memory_bytes.get(z.name, 0),
+                "takenBy": usage.pods.get(z.name, []),
+            }
+            for z in topo.zones
+        ],
+    }
+    if not topo.static:
+        view["note"] = "the kubelet manages CPUs on this node: NUMA pods pass"
+    elif req is not None:
+        f = ext._numa_fit(req, node)
+        if f is not None:
+            view["pod"] = {
+                "cpus": req.cpus,
+                "aware": req.is_aware(topo),
+                "fits": f.ok,
+                "reason": f.reason,
+                "choice": [{"zone": z, "cpus": c, "memoryBytes": m} for z, c, m in f.result],
+                "numaScore": numa_score(f),
+            }
+    return view
 
 
 def explain(
@@ -477,6 +581,7 @@ def explain(
     now = ext.clock()
     policy = ext.store.current
     pod = pod_info(pod_obj) if pod_obj is not None else PLAIN_POD
+    req = numa_request(pod_obj) if pod_obj is not None and not pod.daemonset else None
     if nodes is not None:
         loads: list[tuple[str, NodeLoad | None]] = [
             (n["metadata"]["name"], ext._from_object(n, policy)) for n in nodes
@@ -499,9 +604,20 @@ def explain(
             )
             continue
         view = explain_node(ext, load, pod, now) | {"known": True}
+        if req is not None:
+            view["numa"] = numa_view(ext, name, req)
+            pod_numa = view["numa"].get("pod") if view["numa"] else None
+            if pod_numa is not None:
+                if not pod_numa["fits"]:
+                    view["filter"] = {"passes": False, "reason": pod_numa["reason"]}
+                weight = ext.store.current.topology.score_weight
+                view["score"]["scoreWithNuma"] = combine(
+                    view["score"]["score"], pod_numa["numaScore"], weight
+                )
         views.append(view)
-        if view["filter"]["passes"] and (best is None or view["score"]["score"] > best[0]):
-            best = (view["score"]["score"], name)
+        final = view["score"].get("scoreWithNuma", view["score"]["score"])
+        if view["filter"]["passes"] and (best is None or final > best[0]):
+            best = (final, name)
     return {
         "pod": f"{pod.namespace}/{pod.name}" if pod.name else None,
         "nodes": views,

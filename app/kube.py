@@ -277,6 +277,7 @@ class Reflector:
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
+        optional: bool = False,
     ) -> None:
         self.kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
         self.path = path
@@ -287,6 +288,9 @@ class Reflector:
         self.watch_timeout_seconds = watch_timeout_seconds
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.optional = optional
+        """A missing collection (404, e.g. a CRD not installed) counts as empty, and is retried."""
+        self.missing = False
         self.synced = threading.Event()
         self.stats = ReflectorStats()
         self._stop = threading.Event()
@@ -312,6 +316,9 @@ class Reflector:
 
     def _relist(self) -> None:
         items, rv = self.kube.list_all(self.path, self.params)
+        if self.missing:
+            log.info("%s: %s is available now", self.name, self.path)
+            self.missing = False
         self.handler.replace(items, rv)
         self.resource_version = rv
         self.stats.lists += 1
@@ -333,6 +340,21 @@ class Reflector:
             except ApiError as exc:
                 if self._stop.is_set():
                     return
+                if exc.code == 404 and self.optional:
+                    if not self.missing:
+                        log.warning(
+                            "%s: %s not found (%s); treating it as empty and retrying every %.0fs",
+                            self.name,
+                            self.path,
+                            exc.message,
+                            self.backoff_max,
+                        )
+                    self.missing = True
+                    self.handler.replace([], "")
+                    self.synced.set()
+                    need_list = True
+                    self._stop.wait(self.backoff_max)
+                    continue
                 if exc.code == 410:
                     self.stats.expired += 1
                     log.info(

@@ -25,6 +25,7 @@ from app.estimation import Ledger
 from app.extender import Extender
 from app.kube import Kube
 from app.metrics import ExtenderMetrics
+from app.numa_bind import NumaPreBind
 from app.policy import Policy
 from app.policy_store import PolicyStore
 
@@ -95,8 +96,9 @@ def create_app(
     cache = binder = None
     if kube is not None:
         cache = ClusterCache(kube, store, ledger, resync_seconds=resync_seconds, clock=clock)
-        binder = Binder(kube, ledger, clock)
     extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
+    if kube is not None:
+        binder = Binder(kube, ledger, clock, pre_bind=[NumaPreBind(kube, cache, store, extender.numa_seen)])
     svc = Services(store=store, metrics=metrics, extender=extender, cache=cache, binder=binder)
     if cache is not None:
         svc.readiness.append(cache.readiness)

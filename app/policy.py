@@ -69,6 +69,16 @@ class Estimation:
 
 
 @dataclass(frozen=True, slots=True)
+class TopologySettings:
+    """NUMA placement (``app.numa``): which resources must fit one zone, and the score's NUMA weight."""
+
+    memory_aware: bool = False
+    """``awareResources: [cpu, memory]``: an aware pod's memory must fit the zone too (crane: cpu only)."""
+    score_weight: float = 0.5
+    """A NUMA pod's score = (1 - w) * load score + w * NUMA score (1 zone = 10, 2 zones = 5, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     sync_periods: Mapping[str, float]
     predicates: tuple[Predicate, ...]
@@ -78,6 +88,7 @@ class Policy:
     estimation: Estimation = field(default_factory=Estimation)
     metric_resources: Mapping[str, str] = field(default_factory=dict)
     """Metric name -> ``cpu`` | ``memory``, for estimation; defaults by name prefix."""
+    topology: TopologySettings = field(default_factory=TopologySettings)
     source: str = "<memory>"
     document: Mapping[str, Any] = field(default_factory=dict)
     predicate_plan: tuple[tuple[str, float, float, str], ...] = field(init=False, repr=False, compare=False)
@@ -137,6 +148,10 @@ class Policy:
                 "tentativeTTLSeconds": self.estimation.tentative_ttl,
             },
             "metricResources": {m: self.resource_of(m) for m in self.sync_periods},
+            "topology": {
+                "awareResources": ["cpu", "memory"] if self.topology.memory_aware else ["cpu"],
+                "scoreWeight": self.topology.score_weight,
+            },
         }
 
 
@@ -340,6 +355,24 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
         else:
             resources[metric] = res
 
+    topology = TopologySettings()
+    topo = c.mapping(spec.get("topology"), "spec.topology")
+    if topo:
+        c.unknown(topo, {"awareResources", "scoreWeight"}, "spec.topology")
+        kw_t: dict[str, Any] = {}
+        if "awareResources" in topo:
+            res = topo["awareResources"]
+            if not isinstance(res, list) or "cpu" not in res or not set(res) <= {"cpu", "memory"}:
+                c.fail("spec.topology.awareResources", f"expected [cpu] or [cpu, memory], got {res!r}")
+            else:
+                kw_t["memory_aware"] = "memory" in res
+        if (
+            "scoreWeight" in topo
+            and (w := c.number(topo["scoreWeight"], "spec.topology.scoreWeight", 0, 1)) is not None
+        ):
+            kw_t["score_weight"] = w
+        topology = TopologySettings(**kw_t)
+
     if c.problems:
         raise PolicyError(source, c.problems)
     return Policy(
@@ -350,6 +383,7 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
         legacy_zone=zone,
         estimation=estimation,
         metric_resources=resources,
+        topology=topology,
         source=source,
         document=dict(document),
     )

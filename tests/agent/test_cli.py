@@ -110,14 +110,12 @@ def test_bad_resync_is_refused(bad: str, capsys: pytest.CaptureFixture[str]) -> 
     assert "--resync" in capsys.readouterr().err
 
 
-def test_run_mode_needs_a_node_name(capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_mode_needs_a_node_name(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
     assert run(["agent"]) == 2
-    assert "--node-name is required" in capsys.readouterr().err
-
-
-def test_run_mode_is_not_written_yet() -> None:
-    with pytest.raises(NotImplementedError, match="not implemented yet"):
-        run(["agent", "--node-name", "worker-1"])
+    assert "NODE_NAME" in capsys.readouterr().err
 
 
 def test_every_flag_has_help() -> None:

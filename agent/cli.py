@@ -28,6 +28,16 @@ def _duration(text: str) -> float:
     return seconds
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
+    return port
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``agent`` (and its ``topology`` subcommand) to a ``ballast`` subparsers object."""
     agent = subparsers.add_parser(
@@ -39,33 +49,96 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     agent.add_argument(
-        "--node-name", metavar="NAME", help="name of the Node this agent runs on (required to run)"
+        "--node-name",
+        metavar="NAME",
+        help="name of the Node this agent runs on; when not given, the NODE_NAME environment variable "
+        "(a DaemonSet sets it from the downward API's spec.nodeName)",
     )
     agent.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="kubeconfig for the API server; without it the in-cluster service account is used",
+        help="kubeconfig for the API server; without it KUBECONFIG, else the in-cluster service account",
     )
     agent.add_argument(
         "--sysfs",
         type=Path,
         default=Path("/sys"),
         metavar="DIR",
-        help="root of the sysfs tree to read topology from",
+        help="root of the sysfs tree to read topology from (read once at start)",
     )
-    agent.add_argument(
+    kubelet = agent.add_mutually_exclusive_group()
+    kubelet.add_argument(
         "--kubelet-config",
         type=Path,
+        default=Path("/var/lib/kubelet/config.yaml"),
         metavar="FILE",
-        help="the kubelet's KubeletConfiguration file; without it the settings come from the API server's "
-        "/api/v1/nodes/NAME/proxy/configz",
+        help="the kubelet's KubeletConfiguration file (mounted from the node), read on every resync",
+    )
+    kubelet.add_argument(
+        "--kubelet-configz",
+        action="store_true",
+        help="read the kubelet settings from the API server's /api/v1/nodes/NAME/proxy/configz instead of "
+        "a file: at start, then at most every 10 minutes",
     )
     agent.add_argument(
         "--resync",
         type=_duration,
         default="10s",
         metavar="DURATION",
-        help="how often to re-read the topology and kubelet settings and re-publish the NRT when it changed",
+        help="how often to re-check the kubelet settings and the stored NRT and re-publish it when it "
+        "differs (Node label changes re-publish at once)",
+    )
+    agent.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=8091,
+        metavar="PORT",
+        help="port of the /healthz, /readyz and /metrics endpoint (0 disables it)",
+    )
+    agent.add_argument(
+        "--metrics-address", default="0.0.0.0", metavar="ADDR", help="address the endpoint listens on"
+    )
+    cpu = agent.add_argument_group("CPU manager (runs while the published NRT says cpuManagerPolicy Static)")
+    cpu.add_argument(
+        "--cpu-manager",
+        choices=("on", "off"),
+        default="on",
+        help="off: publish only, with cpuManagerPolicy None so that the scheduler assigns no CPUs here",
+    )
+    # Written out, not imported: the parser must not load gRPC. tests/agent/test_run.py checks they match.
+    cpu.add_argument(
+        "--cri-endpoint",
+        default="unix:///run/containerd/containerd.sock",
+        metavar="URL",
+        help="CRI runtime socket for cpuset updates (containerd's by default)",
+    )
+    cpu.add_argument(
+        "--cpu-state-file",
+        type=Path,
+        default=Path("/var/lib/ballast/cpu_manager_state"),
+        metavar="FILE",
+        help="the CPU manager's checkpoint of assignments",
+    )
+    cpu.add_argument(
+        "--scheduler-name",
+        dest="scheduler_names",
+        action="append",
+        metavar="NAME",
+        help="scheduler whose topology-result annotations are trusted; repeat for several "
+        "(when not given: ballast-scheduler)",
+    )
+    cpu.add_argument(
+        "--default-cpu-policy",
+        choices=("none", "exclusive", "numa", "immovable"),
+        default="exclusive",
+        help="CPU policy of eligible pods without a topology.crane.io/cpu-policy annotation",
+    )
+    cpu.add_argument(
+        "--cpu-manager-reconcile-period",
+        type=_duration,
+        default="5s",
+        metavar="DURATION",
+        help="how often the CPU manager re-applies cpusets (pod events also trigger a pass)",
     )
     _add_logging(agent)
     agent.set_defaults(func=run_agent)
@@ -98,17 +171,10 @@ def _add_logging(parser: argparse.ArgumentParser) -> None:
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    """Run mode: publish the NRT and enforce cpusets. The loop against the API server is not written yet."""
-    if not args.node_name:
-        print(
-            "ballast agent: --node-name is required (usually the downward API's spec.nodeName)",
-            file=sys.stderr,
-        )
-        return 2
-    raise NotImplementedError(
-        "ballast agent: the NRT publishing and cpuset loop is not implemented yet; "
-        "'ballast agent topology' shows what topology discovery finds"
-    )
+    """Run mode: publish the NRT and enforce cpusets until SIGTERM/SIGINT (``agent.run.run``)."""
+    from agent.run import run  # the API client and its dependencies load only in run mode
+
+    return run(args)
 
 
 def topology_json(topology: CPUTopology) -> dict[str, Any]:

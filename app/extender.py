@@ -56,6 +56,9 @@ class Extender:
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self.board: VerdictBoard | None = None
+        self._reasons: dict[tuple[str, int, int, int], tuple[Any, str, str]] = {}
+        """Rejection reasons of tight nodes by (node, pod cpu, pod memory, second): a burst of equal replicas
+        is judged once per node per second. Valid only while the node's standing verdict is the same."""
         self._numa_seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
         """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
         self._rejected_children: dict[str, Any] = {}
@@ -230,20 +233,25 @@ class Extender:
             special.add(own.node)
         if len(names) > len(derived):
             special.update(n for n in names if n not in derived)
-        passing: list[str] = []
+        # Nodes that need a look: over a limit, too tight for a pod this size, or special. One C-level
+        # union; everything else passes through a comprehension at a set lookup per node.
+        if small:
+            look = blocked | tight_cpu | tight_mem | special if special else blocked | tight_cpu | tight_mem
+            checked = look.intersection(names)
+        else:
+            checked = set(names)
         failed: dict[str, str] = {}
-        append = passing.append
-        for name in names:
-            if (
-                small
-                and name not in blocked
-                and name not in tight_cpu
-                and name not in tight_mem
-                and (not special or name not in special)
-            ):
-                append(name)
-                continue
+        ok: set[str] = set()
+        second = round(now)
+        reasons = self._reasons
+        for name in checked:
             d = derived.get(name)
+            key = (name, cpu, mem, second)
+            reason = reasons.get(key) if d is not None and name not in special else None
+            if reason is not None and reasons_valid(reason, d):
+                failed[name] = reason[1]
+                self._rejected(reason[2]).inc()
+                continue
             verdict = UNSURE if d is None or name in special else judge(d, cpu, mem, now)
             if verdict is UNSURE:
                 load = self._from_name(name)
@@ -251,11 +259,22 @@ class Extender:
                 if load is not None:
                     verdict = check_node(load, policy, now, self._extra(load, policy, now, incoming))
             if verdict is None:
-                append(name)
+                ok.add(name)
             else:
                 assert isinstance(verdict, Rejection)
-                failed[name] = verdict.reason
+                text = verdict.reason
+                failed[name] = text
                 self._rejected(verdict.metric).inc()
+                if d is not None and name not in special:
+                    if len(reasons) > 100_000:
+                        reasons.clear()
+                    reasons[key] = (d, text, verdict.metric)
+        if not checked:
+            passing = list(names)
+        elif ok:
+            passing = [n for n in names if n not in checked or n in ok]
+        else:
+            passing = [n for n in names if n not in checked]
         return passing, failed
 
     # -- NUMA ------------------------------------------------------------------------------------
@@ -295,17 +314,21 @@ class Extender:
                 self._rejected("numa").inc()
         return out
 
-    def _numa_scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> None:
+    def _numa_scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> bool:
+        """Fold the NUMA score into a NUMA pod's scores; True when any score changed."""
         if pod.daemonset or getattr(self.source, "topology", None) is None:
-            return
+            return False
         req = self._numa_request(pod_obj, pod)
         if req is None:
-            return
+            return False
         weight = self.store.current.topology.score_weight
+        changed = False
         for entry in out:
             f = self._numa_fit(req, entry["Host"])
             if f is not None:
                 entry["Score"] = combine(entry["Score"], numa_score(f), weight)
+                changed = True
+        return changed
 
     def _rejected(self, metric: str):
         child = self._rejected_children.get(metric)
@@ -353,7 +376,7 @@ class Extender:
         assert board is not None
         board.refresh(now)
         scores = board.score
-        out = [{"Host": n, "Score": scores.get(n, 0)} for n in names]
+        values = [scores.get(n, 0) for n in names]
         exact = set()
         own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
         if own is not None:
@@ -361,16 +384,15 @@ class Extender:
         if len(names) > len(scores):
             exact.update(n for n in names if n not in scores)
         if exact:
-            for entry in out:
-                if entry["Host"] in exact:
-                    load = self._from_name(entry["Host"])
-                    if load is not None:
-                        extra = self._extra(load, policy, now, None, skip=pod.uid)
-                        entry["Score"] = score_node(load, policy, now, extra).score
-        self._numa_scores(pod_obj, pod, out)
+            for i, name in enumerate(names):
+                if name in exact and (load := self._from_name(name)) is not None:
+                    extra = self._extra(load, policy, now, None, skip=pod.uid)
+                    values[i] = score_node(load, policy, now, extra).score
+        out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
+        if self._numa_scores(pod_obj, pod, out):
+            values = [e["Score"] for e in out]
         if self.ledger is not None and out and not pod.daemonset:
-            best = max(out, key=lambda e: e["Score"])
-            self.ledger.hold(pod, best["Host"], now)
+            self.ledger.hold(pod, names[values.index(max(values))], now)
         return out
 
     def preempt(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -444,6 +466,11 @@ class Extender:
                 cpu += c
                 mem += m
         return uids, {"cpu": cpu, "memory": mem}
+
+
+def reasons_valid(entry: tuple[Any, str, str], derived: Any) -> bool:
+    """A cached reason holds while the node's standing verdict object is the one it was computed from."""
+    return entry[0] is derived
 
 
 def _require_pod(folded: dict[str, Any]) -> dict[str, Any]:

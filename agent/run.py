@@ -1,0 +1,365 @@
+"""``ballast agent`` run mode: the node agent's main loop and its wiring.
+
+``run(args)`` builds, in order: the node name (``--node-name``, else ``NODE_NAME`` from the downward
+API), the topology (discovered once and logged), the API client, the kubelet settings source, the
+``Publisher``, the health/metrics endpoint, and a watch on this one Node. Then it loops until SIGTERM or
+SIGINT: publish, let the CPU manager follow what was published, wait ``--resync`` or until the Node's
+labels change, and again. Shutdown stops the watches, the CPU manager and the endpoint.
+
+The CPU manager (``agent.manager.CPUManager``) runs only while the published NRT says
+``cpuManagerPolicy: Static`` (not when the kubelet's own static manager pins CPUs, nor with
+``--cpu-manager=off``), and restarts when the kubelet's reserved CPUs change. See ``CPUManagerSupervisor``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from agent.cpuset import CPUSet
+from agent.publisher import (
+    KubeletConfigFile,
+    KubeletConfigz,
+    KubeletSource,
+    NodeHandler,
+    Published,
+    Publisher,
+    PublisherMetrics,
+)
+from agent.topology import CPUTopology, TopologyError
+from app.kube import Kube, KubeConfigError, Reflector, load_api_client
+
+__all__ = ["CPUManagerSupervisor", "HealthServer", "run"]
+
+log = logging.getLogger("ballast.agent")
+
+NODE_RELIST_SECONDS = 300.0
+"""The Node watch relists this often on top of its events (repairs anything a lost event hid)."""
+POD_RELIST_SECONDS = 300.0
+INITIAL_NODE_WAIT_SECONDS = 5.0
+"""How long the first publish waits for the Node watch's list, so it needs no GET of its own."""
+_STOP_POLL_SECONDS = 0.2
+
+NODE_NAME_MISSING = (
+    "ballast agent: --node-name is required when the NODE_NAME environment variable is not set "
+    "(in a DaemonSet set NODE_NAME from the downward API: valueFrom.fieldRef.fieldPath: spec.nodeName)"
+)
+
+
+# --- health and metrics endpoint ----------------------------------------------------------------------
+
+
+class HealthServer:
+    """``/healthz`` (the process serves), ``/readyz`` (``ready()``) and ``/metrics`` (``registry``) over
+    plain HTTP from a daemon thread. ``port=0`` picks a free port (see ``.port``)."""
+
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, ready: Callable[[], bool]) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/healthz":
+                    self._send(200, b"ok\n")
+                elif path == "/readyz":
+                    if ready():
+                        self._send(200, b"ok\n")
+                    else:
+                        self._send(503, b"not ready: the NodeResourceTopology was not published yet\n")
+                elif path == "/metrics":
+                    self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                else:
+                    self._send(404, b"not found: try /healthz, /readyz or /metrics\n")
+
+            def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: debug only
+                log.debug("health endpoint: " + format, *args)
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def start(self) -> HealthServer:
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="agent-health", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self.server.shutdown()
+            self._thread.join(5)
+        self.server.server_close()
+
+
+# --- CPU manager --------------------------------------------------------------------------------------
+
+
+class RunningManager:
+    """One started CPU manager: the manager, its pod watch, its loop thread."""
+
+    def __init__(self, manager: Any, reflector: Any, reserved: CPUSet) -> None:
+        self.manager = manager
+        self.reflector = reflector
+        self.reserved = reserved
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(
+            target=manager.run, args=(self.stop_event,), name="cpu-manager", daemon=True
+        )
+        reflector.start()
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.reflector.stop()
+        self.thread.join(10)
+        self.manager.close()
+
+
+ManagerFactory = Callable[[CPUSet], RunningManager]
+
+
+class CPUManagerSupervisor:
+    """HOOK for the CPU manager: started while the published NRT says ``cpuManagerPolicy: Static``.
+
+    ``update(published)`` is called after every publish attempt. With ``factory=None`` (``--cpu-manager
+    off``) nothing is ever started. A failed start is logged (once per message) and retried on the next
+    update; nothing is started before the first successful publish.
+    """
+
+    def __init__(self, factory: ManagerFactory | None) -> None:
+        self.factory = factory
+        self.running: RunningManager | None = None
+        self._last_error: str | None = None
+
+    def update(self, published: Published | None) -> None:
+        if self.factory is None or published is None:
+            return
+        want = published.cpu_manager_policy == "Static"
+        if self.running is not None and (not want or self.running.reserved != published.reserved):
+            why = "reserved CPUs changed" if want else "the NRT now says cpuManagerPolicy None"
+            log.info("stopping the CPU manager: %s", why)
+            self._stop()
+        if want and self.running is None:
+            try:
+                self.running = self.factory(published.reserved)
+            except Exception as e:
+                message = f"cannot start the CPU manager: {type(e).__name__}: {e}"
+                if message != self._last_error:
+                    log.exception("%s; retrying after the next publish", message)
+                self._last_error = message
+                return
+            self._last_error = None
+            log.info("CPU manager started (reserved CPUs: %s)", published.reserved or "none")
+
+    def _stop(self) -> None:
+        running, self.running = self.running, None
+        if running is not None:
+            try:
+                running.stop()
+            except Exception:
+                log.exception("stopping the CPU manager failed")
+
+    def close(self) -> None:
+        self._stop()
+
+
+def cpu_manager_factory(
+    args: argparse.Namespace,
+    kube: Kube,
+    topology: CPUTopology,
+    node_name: str,
+    registry: CollectorRegistry,
+    runtime_factory: Callable[[], Any] | None = None,
+) -> ManagerFactory:
+    """Build CPU managers from the command line; ``runtime_factory`` replaces the CRI runtime (tests)."""
+    metrics: Any = None
+
+    def start(reserved: CPUSet) -> RunningManager:
+        nonlocal metrics
+        # Imported on first start: a node that never runs the manager never loads gRPC.
+        from agent.manager import CPUManager
+        from agent.metrics import CPUManagerMetrics
+        from agent.runtime import CRIRuntime
+
+        if metrics is None:  # registered once: a restarted manager keeps counting in the same series
+            metrics = CPUManagerMetrics(registry)
+        runtime = runtime_factory() if runtime_factory is not None else CRIRuntime(args.cri_endpoint)
+        try:
+            manager = CPUManager(
+                topology,
+                reserved,
+                args.cpu_state_file,
+                runtime,
+                allowed_schedulers=args.scheduler_names or ["ballast-scheduler"],
+                default_policy=args.default_cpu_policy,
+                node_name=node_name,
+                reconcile_period=args.cpu_manager_reconcile_period,
+                metrics=metrics,
+            )
+        except BaseException:
+            runtime.close()
+            raise
+        return RunningManager(
+            manager, manager.pod_reflector(kube, resync_seconds=POD_RELIST_SECONDS), reserved
+        )
+
+    return start
+
+
+# --- main loop ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Signals:
+    previous: dict[int, Any]
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def _install_signal_handlers(stop: threading.Event, wake: threading.Event) -> _Signals:
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return _Signals(previous)  # embedded (tests): the caller stops us through ``stop``
+
+    def handle(signum: int, _frame: Any) -> None:
+        log.info("%s received; shutting down", signal.Signals(signum).name)
+        stop.set()
+        wake.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.signal(signum, handle)
+    return _Signals(previous)
+
+
+def _wait(stop: threading.Event, wake: threading.Event, seconds: float) -> None:
+    """Sleep ``seconds`` or until ``wake`` (Node labels changed) or ``stop`` is set."""
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or wake.wait(min(_STOP_POLL_SECONDS, remaining)):
+            break
+    wake.clear()
+
+
+def describe_topology(topology: CPUTopology) -> str:
+    numa = "; ".join(f"node{n}: CPUs {topology.cpus_in_numa(n)}" for n in topology.numa_ids)
+    return (
+        f"{topology.num_cpus} CPUs, {topology.num_cores} cores, {topology.num_sockets} socket(s), "
+        f"{topology.num_numa_nodes} NUMA node(s) ({numa})"
+    )
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    stop: threading.Event | None = None,
+    runtime_factory: Callable[[], Any] | None = None,
+) -> int:
+    """Run the agent until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
+
+    2: no node name or no usable cluster configuration; 1: topology discovery failed or the metrics
+    port cannot be bound; 0: clean shutdown.
+    """
+    node_name = args.node_name or os.environ.get("NODE_NAME", "")
+    if not node_name:
+        print(NODE_NAME_MISSING, file=sys.stderr)
+        return 2
+    try:
+        topology = CPUTopology.from_sysfs(args.sysfs)
+    except TopologyError as e:
+        log.error("topology discovery failed: %s", e)
+        return 1
+    log.info("node %s: %s", node_name, describe_topology(topology))
+    try:
+        api_client = load_api_client(args.kubeconfig)
+    except KubeConfigError as e:
+        log.error("%s", e)
+        return 2
+
+    kube = Kube(api_client)
+    registry = CollectorRegistry()
+    metrics = PublisherMetrics(registry)
+    source: KubeletSource
+    if args.kubelet_configz:
+        source = KubeletConfigz(kube, node_name, metrics=metrics)
+    else:
+        source = KubeletConfigFile(args.kubelet_config, metrics)
+    log.info("kubelet settings from %s", source.description)
+    enabled = args.cpu_manager == "on"
+    publisher = Publisher(kube, node_name, topology, source, metrics=metrics, cpu_manager_enabled=enabled)
+
+    stop = stop or threading.Event()
+    wake = threading.Event()
+    server: HealthServer | None = None
+    if args.metrics_port:
+        try:
+            server = HealthServer(args.metrics_address, args.metrics_port, registry, publisher.ready.is_set)
+        except OSError as e:
+            log.error(
+                "cannot serve health and metrics on %s:%d: %s", args.metrics_address, args.metrics_port, e
+            )
+            api_client.close()
+            return 1
+        server.start()
+        log.info(
+            "health and metrics on http://%s:%d (/healthz, /readyz, /metrics)",
+            args.metrics_address,
+            server.port,
+        )
+
+    node_watch = Reflector(
+        kube,
+        "/api/v1/nodes",
+        NodeHandler(publisher, wake.set),
+        params={"fieldSelector": f"metadata.name={node_name}"},
+        name=f"node/{node_name}",
+        resync_seconds=NODE_RELIST_SECONDS,
+    )
+    # ---- HOOK: the CPU manager follows the published cpuManagerPolicy (CPUManagerSupervisor) ----
+    factory = (
+        cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory) if enabled else None
+    )
+    supervisor = CPUManagerSupervisor(factory)
+    signals = _install_signal_handlers(stop, wake)
+    try:
+        node_watch.start()
+        node_watch.wait_synced(min(INITIAL_NODE_WAIT_SECONDS, args.resync))
+        wake.clear()  # the first list is "a change"; the publish below covers it
+        while not stop.is_set():
+            publisher.publish_once()
+            supervisor.update(publisher.published)
+            _wait(stop, wake, args.resync)
+    finally:
+        signals.restore()
+        node_watch.stop()
+        supervisor.close()
+        if server is not None:
+            server.close()
+        with contextlib.suppress(Exception):
+            api_client.close()
+    log.info("agent stopped")
+    return 0

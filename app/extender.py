@@ -242,6 +242,7 @@ class Extender:
             checked = set(names)
         failed: dict[str, str] = {}
         ok: set[str] = set()
+        rejected_by: dict[str, int] = {}
         second = round(now)
         reasons = self._reasons
         for name in checked:
@@ -250,7 +251,7 @@ class Extender:
             reason = reasons.get(key) if d is not None and name not in special else None
             if reason is not None and reasons_valid(reason, d):
                 failed[name] = reason[1]
-                self._rejected(reason[2]).inc()
+                rejected_by[reason[2]] = rejected_by.get(reason[2], 0) + 1
                 continue
             verdict = UNSURE if d is None or name in special else judge(d, cpu, mem, now)
             if verdict is UNSURE:
@@ -264,11 +265,13 @@ class Extender:
                 assert isinstance(verdict, Rejection)
                 text = verdict.reason
                 failed[name] = text
-                self._rejected(verdict.metric).inc()
+                rejected_by[verdict.metric] = rejected_by.get(verdict.metric, 0) + 1
                 if d is not None and name not in special:
                     if len(reasons) > 100_000:
                         reasons.clear()
                     reasons[key] = (d, text, verdict.metric)
+        for metric, count in rejected_by.items():
+            self._rejected(metric).inc(count)
         if not checked:
             passing = list(names)
         elif ok:
@@ -376,7 +379,7 @@ class Extender:
         assert board is not None
         board.refresh(now)
         scores = board.score
-        values = [scores.get(n, 0) for n in names]
+        values = list(map(scores.get, names))  # C-level; None for names the board lacks (fixed below)
         exact = set()
         own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
         if own is not None:
@@ -388,6 +391,8 @@ class Extender:
                 if name in exact and (load := self._from_name(name)) is not None:
                     extra = self._extra(load, policy, now, None, skip=pod.uid)
                     values[i] = score_node(load, policy, now, extra).score
+        if None in values:
+            values = [0 if v is None else v for v in values]
         out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
         if self._numa_scores(pod_obj, pod, out):
             values = [e["Score"] for e in out]

@@ -105,9 +105,9 @@ def parse_extender_args(body: bytes, require_nodes: bool = True) -> ExtenderArgs
     if names_obj is not None:
         if not isinstance(names_obj, list):
             raise BadRequest("NodeNames", f"expected a list of strings, got {type(names_obj).__name__}")
-        for i, n in enumerate(names_obj):
-            if not isinstance(n, str):
-                raise BadRequest(f"NodeNames[{i}]", f"expected a string, got {type(n).__name__}")
+        if not all(map(str.__instancecheck__, names_obj)):
+            i, n = next((i, n) for i, n in enumerate(names_obj) if not isinstance(n, str))
+            raise BadRequest(f"NodeNames[{i}]", f"expected a string, got {type(n).__name__}")
         names = names_obj
     if require_nodes and nodes is None and names is None:
         raise BadRequest("Nodes", "either Nodes (nodeCacheCapable: false) or NodeNames (true) is required")

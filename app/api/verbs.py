@@ -48,13 +48,20 @@ def _responses(model: str) -> dict[int | str, dict[str, Any]]:
     }
 
 
-async def _run(request: Request, verb: str, fn: Callable[[bytes], Any], on_fault: Callable[[str], Any]):
+async def _run(
+    request: Request,
+    verb: str,
+    fn: Callable[[bytes], Any],
+    on_fault: Callable[[str], Any],
+    threaded: bool = False,
+):
+    """Answer one verb: read the body, decide (in a thread when ``fn`` does blocking I/O), count and time."""
     svc = services(request)
     start = time.perf_counter()
     code = 200
     try:
         body = await request.body()
-        result = fn(body)
+        result = await asyncio.to_thread(fn, body) if threaded else fn(body)
         response = JSONBytes(result)
     except BadRequest as exc:
         code = 400
@@ -155,25 +162,15 @@ async def preempt(request: Request):
     response_class=JSONBytes,
 )
 async def bind(request: Request):
-    svc = services(request)
-    start = time.perf_counter()
-    code = 200
-    try:
-        args = parse_binding_args(await request.body())
-        if svc.binder is None:
-            result = {
+    binder = services(request).binder
+
+    def bind_(body: bytes) -> dict[str, str]:
+        args = parse_binding_args(body)
+        if binder is None:
+            return {
                 "Error": "this extender has no cluster access (start it with --kubeconfig or in a cluster); "
                 "remove bindVerb from the scheduler config or give it access"
             }
-        else:
-            result = {"Error": await asyncio.to_thread(svc.binder.bind, args)}
-        response = JSONBytes(result)
-    except BadRequest as exc:
-        code = 400
-        response = error(400, exc.field, exc.reason)
-    except Exception as exc:
-        log.exception("bind: internal error")
-        response = JSONBytes({"Error": f"ballast internal error in bind: {type(exc).__name__}: {exc}"})
-    svc.metrics.requests.labels("bind", str(code)).inc()
-    svc.metrics.latency.labels("bind").observe(time.perf_counter() - start)
-    return response
+        return {"Error": binder.bind(args)}
+
+    return await _run(request, "bind", bind_, lambda msg: {"Error": msg}, threaded=True)

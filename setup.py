@@ -1,0 +1,38 @@
+"""Build hook only: all metadata is in pyproject.toml.
+
+``build_py`` also generates the CRI gRPC stubs (``agent/cri/api_pb2.py``, ``api_pb2_grpc.py``) from
+``agent/cri/api.proto`` with ``grpc_tools.protoc`` into the build directory, so wheels ship them and an
+installed agent needs neither grpcio-tools nor write access anywhere. Editable installs skip this: there
+the stubs are generated into a cache directory at first import (see ``agent/cri/_stubs.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _stubs_module():
+    # Loaded by path: importing the ``agent`` package here would need its runtime dependencies.
+    spec = importlib.util.spec_from_file_location("_ballast_cri_stubs", ROOT / "agent" / "cri" / "_stubs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildPyWithCRIStubs(build_py):
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        stubs = _stubs_module()
+        for path in stubs.generate(stubs.PROTO, ROOT, Path(self.build_lib)):
+            self.announce(f"generated {path}", level=2)
+
+
+setup(cmdclass={"build_py": BuildPyWithCRIStubs})

@@ -33,6 +33,9 @@ test: install-test
 
 bench: install-test
 	$(BIN)/python -m bench.extender_bench
+	$(BIN)/python -m bench.names_bench
+	$(BIN)/python -m bench.cpu_assignment_bench
+	$(BIN)/python -m bench.reconcile_bench
 
 lint: install-test
 	$(BIN)/ruff check .

@@ -62,6 +62,12 @@ class Extender:
         self._numa_seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
         """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
         self._rejected_children: dict[str, Any] = {}
+        self.request_board: VerdictBoard | None = None
+        """Standing verdicts of nodes seen in whole-node requests (updated when a resourceVersion changes)."""
+        if ledger is not None:
+            request_board = VerdictBoard(self._parsed.get, lambda: self.store.current, ledger)
+            self.request_board = request_board
+            ledger.listeners.append(lambda nodes: request_board.update(nodes, self.clock()))
         if source is not None and ledger is not None:
             board = VerdictBoard(source.node, lambda: self.store.current, ledger)
             self.board = board
@@ -83,6 +89,8 @@ class Extender:
         self._parsed.clear()
         if self.ledger is not None:
             self.ledger.set_policy(policy)
+        if self.request_board is not None:
+            self.request_board.rebuild((), self.clock())
         if self.board is not None and self.source is not None:
             self.board.rebuild(self.source.node_names(), self.clock())
 
@@ -92,14 +100,16 @@ class Extender:
         """Parse a whole Node once per resourceVersion, so full-node requests do not re-parse."""
         meta = node["metadata"]
         rv = meta.get("resourceVersion")
-        if not isinstance(rv, str) or not rv:
-            return parse_node(node, policy)
         load = self._parsed.get(meta["name"])
-        if load is None or load.resource_version != rv:
+        if load is None or load.resource_version != rv or not rv:
             load = parse_node(node, policy)
             if len(self._parsed) > 200_000:  # bound memory if names churn without end
                 self._parsed.clear()
+                if self.request_board is not None:
+                    self.request_board.rebuild((), self.clock())
             self._parsed[load.name] = load
+            if self.request_board is not None:
+                self.request_board.update((load.name,), self.clock())
         return load
 
     def _from_name(self, name: str) -> NodeLoad | None:
@@ -151,18 +161,20 @@ class Extender:
         failed: dict[str, str] = {}
         if args.nodes is not None:
             self._seen["filter"].inc(len(args.nodes))
-            passing_nodes: list[dict[str, Any]] = []
-            for node in args.nodes:
-                load = self._from_object(node, policy)
-                if pod.daemonset:
-                    passing_nodes.append(node)
-                    continue
-                rejection = check_node(load, policy, now, self._extra(load, policy, now, incoming))
-                if rejection is None:
-                    passing_nodes.append(node)
+            loads = [self._from_object(node, policy) for node in args.nodes]
+            names = [load.name for load in loads]
+            if pod.daemonset:
+                passing_nodes = list(args.nodes)
+            else:
+                assert self.request_board is not None
+                passed, failed = self._filter_from_board(
+                    self.request_board, self._parsed.get, pod, names, incoming, policy, now
+                )
+                if len(passed) == len(names):
+                    passing_nodes = list(args.nodes)
                 else:
-                    failed[load.name] = rejection.reason
-                    self._rejected(rejection.metric).inc()
+                    keep = set(passed)
+                    passing_nodes = [n for n, name in zip(args.nodes, names, strict=True) if name in keep]
             passing_names = [n["metadata"]["name"] for n in passing_nodes]
             numa_failed = self._numa_filter(args.pod, pod, passing_names, failed)
             if numa_failed:
@@ -197,7 +209,9 @@ class Extender:
                     failed[name] = rejection.reason
                     self._rejected(rejection.metric).inc()
             if self.board is not None:
-                passing, failed = self._filter_from_board(pod, names, incoming, policy, now)
+                passing, failed = self._filter_from_board(
+                    self.board, self._from_name, pod, names, incoming, policy, now
+                )
             numa_failed = self._numa_filter(args.pod, pod, passing, failed)
             if numa_failed:
                 passing = [n for n in passing if n not in numa_failed]
@@ -211,13 +225,18 @@ class Extender:
         }
 
     def _filter_from_board(
-        self, pod: PodInfo, names: list[str], incoming: Estimate | None, policy: Policy, now: float
+        self,
+        board: VerdictBoard,
+        lookup: Callable[[str], NodeLoad | None],
+        pod: PodInfo,
+        names: list[str],
+        incoming: Estimate | None,
+        policy: Policy,
+        now: float,
     ) -> tuple[list[str], dict[str, str]]:
         """Names-mode filter from the verdict board: non-tight nodes pass at the cost of a set lookup, tight
         ones are judged from precomputed rooms, and only the pod's own hold, nodes the board lacks and
         float ties take the exact path. Same verdicts and reasons as ``check_node`` (tests compare)."""
-        board = self.board
-        assert board is not None
         board.refresh(now)
         cpu = incoming.cpu_milli if incoming is not None else 0
         mem = incoming.memory_bytes if incoming is not None else 0
@@ -255,7 +274,7 @@ class Extender:
                 continue
             verdict = UNSURE if d is None or name in special else judge(d, cpu, mem, now)
             if verdict is UNSURE:
-                load = self._from_name(name)
+                load = lookup(name)
                 verdict = None
                 if load is not None:
                     verdict = check_node(load, policy, now, self._extra(load, policy, now, incoming))
@@ -350,16 +369,19 @@ class Extender:
         pod = pod_info(args.pod)
         if args.nodes is not None:
             self._seen["prioritize"].inc(len(args.nodes))
-            loads = [self._from_object(n, policy) for n in args.nodes]
-        else:
-            names = args.node_names or []
-            self._seen["prioritize"].inc(len(names))
-            if self.source is None:
-                self._names_only_without_cache()
-                return [{"Host": name, "Score": 0} for name in names]
-            if self.board is not None:
-                return self._prioritize_from_board(args.pod, pod, names, policy, now)
-            loads = [self._from_name(n) or NodeLoad(n) for n in names]
+            names = [self._from_object(n, policy).name for n in args.nodes]
+            assert self.request_board is not None
+            return self._prioritize_from_board(
+                self.request_board, self._parsed.get, args.pod, pod, names, policy, now
+            )
+        names = args.node_names or []
+        self._seen["prioritize"].inc(len(names))
+        if self.source is None:
+            self._names_only_without_cache()
+            return [{"Host": name, "Score": 0} for name in names]
+        if self.board is not None:
+            return self._prioritize_from_board(self.board, self._from_name, args.pod, pod, names, policy, now)
+        loads = [self._from_name(n) or NodeLoad(n) for n in names]
         out: list[dict[str, Any]] = []
         for load in loads:
             score = score_node(load, policy, now, self._extra(load, policy, now, None, skip=pod.uid)).score
@@ -373,10 +395,15 @@ class Extender:
         return out
 
     def _prioritize_from_board(
-        self, pod_obj: dict[str, Any], pod: PodInfo, names: list[str], policy: Policy, now: float
+        self,
+        board: VerdictBoard,
+        lookup: Callable[[str], NodeLoad | None],
+        pod_obj: dict[str, Any],
+        pod: PodInfo,
+        names: list[str],
+        policy: Policy,
+        now: float,
     ) -> list[dict]:
-        board = self.board
-        assert board is not None
         board.refresh(now)
         scores = board.score
         values = list(map(scores.get, names))  # C-level; None for names the board lacks (fixed below)
@@ -388,7 +415,7 @@ class Extender:
             exact.update(n for n in names if n not in scores)
         if exact:
             for i, name in enumerate(names):
-                if name in exact and (load := self._from_name(name)) is not None:
+                if name in exact and (load := lookup(name)) is not None:
                     extra = self._extra(load, policy, now, None, skip=pod.uid)
                     values[i] = score_node(load, policy, now, extra).score
         if None in values:

@@ -122,3 +122,46 @@ def test_board_recomputes_when_values_expire() -> None:
     clock[0] = NOW + 3 * 60 + 5 * 60 + 1  # the 5m value is stale after period 3m + 5m
     board.refresh(clock[0])
     assert not board.derived["n"].blocked and "n" not in board.blocked
+
+
+def node_object(name: str, spec: dict, rv: str) -> dict:
+    ann = {m: format_load(v, NOW - age) for m, s in spec["values"].items() if s is not None for v, age in [s]}
+    if spec["hot"] is not None:
+        ann["node_hot_value"] = format_hot_value(spec["hot"][0], NOW - spec["hot"][1])
+    alloc = {}
+    if spec["cpu"]:
+        alloc["cpu"] = f"{spec['cpu']}m"
+    if spec["mem"]:
+        alloc["memory"] = str(spec["mem"])
+    return {
+        "metadata": {"name": name, "resourceVersion": rv, "annotations": ann},
+        "status": {"allocatable": alloc},
+    }
+
+
+@given(specs=st.lists(node_st, min_size=1, max_size=10), pods=st.lists(pod_st, min_size=1, max_size=5))
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+def test_whole_node_mode_equals_exact_path(specs, pods) -> None:
+    """Whole-node requests go through the request board; verdicts, reasons and scores equal the exact path."""
+    objects = [node_object(f"n{i}", s, str(i + 1)) for i, s in enumerate(specs)]
+    loads = {o["metadata"]["name"]: parse_node(o, POLICY) for o in objects}
+    fast = Extender(PolicyStore(POLICY), ExtenderMetrics(), None, Ledger(POLICY, lambda: NOW), lambda: NOW)
+    slow = Extender(
+        PolicyStore(POLICY), ExtenderMetrics(), Source(loads), Ledger(POLICY, lambda: NOW), lambda: NOW
+    )
+    slow.board = None
+    for i, (cpu, mem) in enumerate(pods):
+        pod = {
+            "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"},
+            "spec": {"containers": [{"resources": {"requests": {"cpu": f"{cpu}m", "memory": str(mem)}}}]},
+        }
+        a = fast.filter(ExtenderArgs(pod, objects, None))
+        b = slow.filter(ExtenderArgs(pod, None, list(loads)))
+        assert a["FailedNodes"] == b["FailedNodes"]
+        assert [n["metadata"]["name"] for n in a["Nodes"]["items"]] == b["NodeNames"]
+        assert all(
+            n is objects[int(n["metadata"]["name"][1:])] for n in a["Nodes"]["items"]
+        )  # unchanged objects
+        assert fast.prioritize(ExtenderArgs(pod, objects, None)) == slow.prioritize(
+            ExtenderArgs(pod, None, list(loads))
+        )

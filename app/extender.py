@@ -363,7 +363,8 @@ class Extender:
         if self.ledger is not None and len(passing) == 1 and not pod.daemonset:
             self.ledger.hold(pod, passing[0], now)
 
-    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+    def prioritize(self, args: ExtenderArgs, encoded: bool = False) -> list[dict[str, Any]] | bytes:
+        """Scores for kube-scheduler; with ``encoded`` the answer may come back as ready JSON bytes."""
         policy = self.store.current
         now = self.clock()
         pod = pod_info(args.pod)
@@ -380,7 +381,9 @@ class Extender:
             self._names_only_without_cache()
             return [{"Host": name, "Score": 0} for name in names]
         if self.board is not None:
-            return self._prioritize_from_board(self.board, self._from_name, args.pod, pod, names, policy, now)
+            return self._prioritize_from_board(
+                self.board, self._from_name, args.pod, pod, names, policy, now, encoded
+            )
         loads = [self._from_name(n) or NodeLoad(n) for n in names]
         out: list[dict[str, Any]] = []
         for load in loads:
@@ -403,7 +406,8 @@ class Extender:
         names: list[str],
         policy: Policy,
         now: float,
-    ) -> list[dict]:
+        encoded: bool = False,
+    ) -> list[dict] | bytes:
         board.refresh(now)
         scores = board.score
         values = list(map(scores.get, names))  # C-level; None for names the board lacks (fixed below)
@@ -413,6 +417,17 @@ class Extender:
             exact.add(own.node)
         if len(names) > len(scores):
             exact.update(n for n in names if n not in scores)
+        numa_pod = (
+            not pod.daemonset
+            and getattr(self.source, "topology", None) is not None
+            and (self._numa_request(pod_obj, pod) is not None)
+        )
+        if encoded and not exact and not numa_pod and None not in values:
+            # The common case: every score is the board's standing one, already encoded per node.
+            body = b"[" + b",".join(map(board.fragment.__getitem__, names)) + b"]"
+            if self.ledger is not None and names and not pod.daemonset:
+                self.ledger.hold(pod, names[values.index(max(values))], now)
+            return body
         if exact:
             for i, name in enumerate(names):
                 if name in exact and (load := lookup(name)) is not None:

@@ -27,6 +27,8 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import orjson
+
 from app.annotations import HOT_VALUE_VALID_SECONDS
 from app.estimation import Ledger
 from app.load import Rejection, check_node, score_node
@@ -145,6 +147,8 @@ class VerdictBoard:
         self._lock = threading.Lock()
         self.derived: dict[str, Derived] = {}
         self.score: dict[str, int] = {}
+        self.fragment: dict[str, bytes] = {}
+        """``{"Host":name,"Score":n}`` already encoded, so a prioritize answer is a byte join."""
         self.blocked: set[str] = set()
         self.tight_cpu: list[set[str]] = [set() for _ in CPU_TIERS]
         self.tight_memory: list[set[str]] = [set() for _ in MEMORY_TIERS]
@@ -157,6 +161,7 @@ class VerdictBoard:
         if load is None:
             self.derived.pop(name, None)
             self.score.pop(name, None)
+            self.fragment.pop(name, None)
             self.blocked.discard(name)
             for sets in (self.tight_cpu, self.tight_memory):
                 for members in sets:
@@ -165,6 +170,8 @@ class VerdictBoard:
         d = derive(load, self._policy(), self.ledger, now)
         self.recomputed += 1
         self.derived[name] = d
+        if self.score.get(name) != d.score or name not in self.fragment:
+            self.fragment[name] = orjson.dumps({"Host": name, "Score": d.score})
         self.score[name] = d.score
         (self.blocked.add if d.blocked else self.blocked.discard)(name)
         for room, tiers, sets in (
@@ -188,6 +195,7 @@ class VerdictBoard:
         with self._lock:
             self.derived.clear()
             self.score.clear()
+            self.fragment.clear()
             self.blocked.clear()
             for members in (*self.tight_cpu, *self.tight_memory):
                 members.clear()

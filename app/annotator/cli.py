@@ -1,0 +1,299 @@
+"""``ballast annotator``: command-line flags; ``register(subparsers)`` adds the command to ``ballast``.
+
+The handler (``args.func``) returns the exit code: 0 done (``--once``) or clean shutdown; 1 a runtime
+failure (Prometheus unreachable at start-up, a ``--once`` cycle that could not sync everything);
+2 a configuration problem (policy, flags, kubeconfig). The work happens in ``app.annotator.run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from app.durations import parse_duration
+
+__all__ = ["register", "run_annotator"]
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show defaults that say something: not None, False, empty, or ones the help already states."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, "", []) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def _duration(text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return seconds
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
+    return port
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
+    return value
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE")
+    return key.strip(), value
+
+
+def _template(text: str) -> str:
+    if "{metric}" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} must contain {{metric}}, where the metric name goes")
+    return text
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``annotator`` to a ``ballast`` subparsers object."""
+    p = subparsers.add_parser(
+        "annotator",
+        help="write node load (from Prometheus) and hot values (recent bindings) onto Node annotations",
+        description="Query Prometheus once per policy metric for all nodes, count recent pod bindings, "
+        "and write both onto Node annotations (crane-scheduler's format) with one merge patch per node, "
+        "only when something changed. Runs continuously under Lease leader election, or once with --once.",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument(
+        "--policy",
+        required=True,
+        metavar="FILE",
+        help="DynamicSchedulerPolicy YAML (crane's format): syncPolicy gives the metrics and their "
+        "periods, hotValue the binding windows; read at start",
+    )
+    p.add_argument(
+        "--prometheus-url",
+        required=True,
+        metavar="URL",
+        help="base URL of the Prometheus HTTP API, with any path prefix (http://prometheus:9090, "
+        "https://thanos.example/prom)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig for the API server; without it KUBECONFIG, else the in-cluster service account",
+    )
+    p.add_argument(
+        "--node-selector",
+        default="",
+        metavar="SELECTOR",
+        help="label selector of the nodes to annotate (e.g. 'node-role.kubernetes.io/worker'); "
+        "empty means all nodes",
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="run one full cycle (every metric and the hot value), then exit: 0 when everything synced, "
+        "1 otherwise; no leader election unless --leader-elect is given",
+    )
+
+    prom = p.add_argument_group("Prometheus")
+    prom.add_argument(
+        "--prometheus-timeout",
+        type=_duration,
+        default="10s",
+        metavar="DURATION",
+        help="timeout of one HTTP request to Prometheus",
+    )
+    prom.add_argument(
+        "--prometheus-retries",
+        type=_non_negative_int,
+        default=2,
+        metavar="N",
+        help="extra attempts, with exponential backoff, after a 5xx, 429, timeout or connection error",
+    )
+    prom.add_argument(
+        "--prometheus-bearer-token-file",
+        metavar="FILE",
+        help="send 'Authorization: Bearer <contents>'; the file is re-read on every request",
+    )
+    prom.add_argument("--prometheus-username", metavar="NAME", help="basic auth user name")
+    prom.add_argument(
+        "--prometheus-password-file", metavar="FILE", help="basic auth password, read from this file"
+    )
+    prom.add_argument(
+        "--prometheus-ca-file", metavar="FILE", help="CA bundle to verify the Prometheus TLS certificate"
+    )
+    prom.add_argument("--prometheus-cert-file", metavar="FILE", help="client certificate for mutual TLS")
+    prom.add_argument("--prometheus-key-file", metavar="FILE", help="key of --prometheus-cert-file")
+    prom.add_argument(
+        "--prometheus-insecure-skip-verify",
+        action="store_true",
+        help="do not verify the Prometheus TLS certificate (testing only)",
+    )
+    prom.add_argument(
+        "--prometheus-param",
+        type=_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra query parameter on every query (repeatable), e.g. dedup=true or partial_response=false "
+        "for Thanos",
+    )
+    prom.add_argument(
+        "--prometheus-header",
+        type=_pair,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra HTTP header on every request (repeatable), e.g. X-Scope-OrgID=team-a for Mimir",
+    )
+    prom.add_argument(
+        "--query-template",
+        type=_template,
+        default="{metric}",
+        metavar="PROMQL",
+        help="PromQL sent per policy metric; {metric} is replaced by the metric name, e.g. "
+        "'{metric}{cluster=\"prod\"}'. Values must be percentages (crane's recording rules)",
+    )
+    prom.add_argument(
+        "--match-label",
+        default="instance",
+        metavar="LABEL",
+        help="series label naming the node: matched against the node's InternalIP, IP:port, name, "
+        "name:port, in that order",
+    )
+
+    hot = p.add_argument_group("hot value (recent bindings per node)")
+    hot.add_argument(
+        "--binding-source",
+        choices=("pods", "events", "both"),
+        default="pods",
+        help="where bindings come from: pods (list+watch, dated by the PodScheduled condition; deletions "
+        "stop counting), events (crane's Scheduled events, for clusters where pods may not be watched), "
+        "or both (deduplicated by pod UID)",
+    )
+    hot.add_argument(
+        "--hot-value-interval",
+        type=_duration,
+        default="1m",
+        metavar="DURATION",
+        help="refresh the hot value at least this often (every cycle refreshes it too)",
+    )
+    hot.add_argument(
+        "--max-bindings-per-node",
+        type=_positive_int,
+        default=4096,
+        metavar="N",
+        help="bound on the bindings remembered per node (the newest are kept)",
+    )
+
+    le = p.add_argument_group("leader election (coordination.k8s.io/v1 Lease)")
+    le.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="hold a Lease so that only one replica writes (default: on, off with --once)",
+    )
+    le.add_argument("--lease-name", default="ballast-annotator", metavar="NAME", help="name of the Lease")
+    le.add_argument(
+        "--lease-namespace",
+        metavar="NAMESPACE",
+        help="namespace of the Lease (default: the pod's own namespace from its service account, else "
+        "ballast-system)",
+    )
+    le.add_argument(
+        "--lease-duration",
+        type=_duration,
+        default="15s",
+        metavar="DURATION",
+        help="how long others wait after the holder's last renewal before taking over",
+    )
+    le.add_argument(
+        "--renew-deadline",
+        type=_duration,
+        default="10s",
+        metavar="DURATION",
+        help="the leader stops writing when it could not renew for this long",
+    )
+    le.add_argument(
+        "--retry-period",
+        type=_duration,
+        default="2s",
+        metavar="DURATION",
+        help="how often candidates try to acquire and the leader renews",
+    )
+    le.add_argument(
+        "--identity",
+        metavar="ID",
+        help="this replica's holder identity (default: host name plus a random suffix)",
+    )
+
+    srv = p.add_argument_group("serving and API")
+    srv.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=8090,
+        metavar="PORT",
+        help="port of /healthz, /readyz and /metrics (0 disables it; not served with --once)",
+    )
+    srv.add_argument(
+        "--metrics-address", default="0.0.0.0", metavar="ADDR", help="address the endpoint listens on"
+    )
+    srv.add_argument(
+        "--patch-concurrency",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="node patches in flight at once",
+    )
+    srv.add_argument(
+        "--api-timeout",
+        type=_duration,
+        default="10s",
+        metavar="DURATION",
+        help="timeout of one Kubernetes API call",
+    )
+    srv.add_argument(
+        "--resync",
+        type=_duration,
+        default="5m",
+        metavar="DURATION",
+        help="relist nodes and pods this often even when the watches are healthy",
+    )
+
+    # Imported here: app.cli imports this module, so a top-level import would be circular.
+    from app.cli import add_common
+
+    add_common(p)
+    p.set_defaults(func=run_annotator)
+    return p
+
+
+def run_annotator(args: argparse.Namespace) -> int:
+    from app.annotator.run import run  # the API client and httpx load only when the command runs
+
+    return run(args)

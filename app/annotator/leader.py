@@ -1,0 +1,309 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, client-go's algorithm in miniature.
+
+- A candidate reads the Lease; it takes it when nobody holds it, or when the holder's record has not
+  changed for ``leaseDurationSeconds`` *as observed on the candidate's own monotonic clock* (client-go's
+  rule: no comparison of wall clocks across machines).
+- Every write is an update with the Lease's ``resourceVersion`` (optimistic concurrency): of two
+  candidates racing for the same record, the API server lets exactly one through (409 for the other).
+- The leader renews every ``retry_period``. It may write Node annotations only until
+  ``renew_deadline`` after it *sent* its last successful renewal, which is shorter than the lease
+  duration others wait, so two replicas never write at the same time even when the leader stalls.
+- ``release()`` (on SIGTERM) first stops writing, then hands the Lease back (empty holder, duration 1s)
+  so the other replica takes over at its next retry instead of waiting out the lease.
+
+Defaults are crane's (and kube-controller-manager's): 15s lease, 10s renew deadline, 2s retry period.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from app.kube import ApiError, Kube, path_for
+
+__all__ = ["LeaderElector", "default_identity", "micro_time"]
+
+log = logging.getLogger("ballast.annotator.leader")
+
+LEASE_API = "coordination.k8s.io/v1"
+JITTER = 1.2
+
+
+def micro_time(when: float) -> str:
+    """Kubernetes ``MicroTime``: RFC 3339 UTC with microseconds."""
+    return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_identity() -> str:
+    """client-go's convention: the host name (the pod name in a cluster) plus a unique suffix."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def _record(lease: dict[str, Any]) -> tuple[Any, ...]:
+    spec = lease.get("spec") or {}
+    return (
+        spec.get("holderIdentity"),
+        spec.get("renewTime"),
+        spec.get("acquireTime"),
+        spec.get("leaseDurationSeconds"),
+        spec.get("leaseTransitions"),
+    )
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str = "ballast-annotator",
+        identity: str | None = None,
+        *,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_change: Callable[[str], None] | None = None,
+    ) -> None:
+        if not lease_duration > renew_deadline:
+            raise ValueError("the lease duration must be longer than the renew deadline")
+        if not renew_deadline > JITTER * retry_period:
+            raise ValueError(f"the renew deadline must be longer than {JITTER} x the retry period")
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity or default_identity()
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.clock = clock
+        self.monotonic = monotonic
+        self.on_change = on_change
+        self.path = path_for(LEASE_API, "leases", namespace, name)
+        self._lock = threading.Lock()
+        self._lease: dict[str, Any] | None = None
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = float("-inf")
+        self._valid_until = float("-inf")
+        self._leading = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error = ""
+
+    # ---- state
+
+    def is_leader(self) -> bool:
+        """May this replica write now? True only inside the renew deadline of its last renewal."""
+        return self.monotonic() < self._valid_until
+
+    @property
+    def holder(self) -> str | None:
+        """The holder in the last Lease seen (``None`` before the first read)."""
+        return None if self._lease is None else (self._lease.get("spec") or {}).get("holderIdentity")
+
+    def _observe(self, lease: dict[str, Any]) -> None:
+        record = _record(lease)
+        if record != self._observed:
+            self._observed = record
+            self._observed_at = self.monotonic()
+        self._lease = lease
+
+    def _expired(self, lease: dict[str, Any]) -> bool:
+        duration = (lease.get("spec") or {}).get("leaseDurationSeconds") or self.lease_duration
+        return self._observed_at + float(duration) <= self.monotonic()
+
+    # ---- one attempt
+
+    def try_acquire_or_renew(self) -> bool:
+        """One attempt; True when this replica holds the Lease afterwards."""
+        with self._lock:
+            sent = self.monotonic()
+            try:
+                ok = self._attempt()
+            except ApiError as exc:
+                self.last_error = str(exc)
+                log.debug("lease %s/%s: %s", self.namespace, self.name, exc)
+                ok = False
+            if ok:
+                self._valid_until = sent + self.renew_deadline
+            return ok
+
+    def _attempt(self) -> bool:
+        now = self.clock()
+        lease = self._lease if self._holding_cached() else None
+        if lease is None:
+            try:
+                lease = self.kube.get(self.path)
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+                return self._create(now)
+            self._observe(lease)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        if holder and holder != self.identity and not self._expired(lease):
+            self._valid_until = float("-inf")  # someone else leads: stop writing at once
+            return False
+        mine = holder == self.identity
+        new_spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": round(self.lease_duration),
+            "acquireTime": spec.get("acquireTime") if mine and spec.get("acquireTime") else micro_time(now),
+            "renewTime": micro_time(now),
+            "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine else 1),
+        }
+        body = {
+            "apiVersion": LEASE_API,
+            "kind": "Lease",
+            "metadata": {**self._metadata(lease), "resourceVersion": lease["metadata"]["resourceVersion"]},
+            "spec": new_spec,
+        }
+        try:
+            updated = self.kube.replace(self.path, body)
+        except ApiError as exc:
+            self._lease = None  # stale or raced: read it again next time
+            if exc.code == 409:
+                return False
+            raise
+        self._observe(updated)
+        return True
+
+    def _holding_cached(self) -> bool:
+        # While leading, renew straight from the cached Lease (its resourceVersion guards the update).
+        return self._lease is not None and self.holder == self.identity and self.is_leader()
+
+    def _metadata(self, lease: dict[str, Any] | None = None) -> dict[str, Any]:
+        meta = dict((lease or {}).get("metadata") or {})
+        out = {"name": self.name, "namespace": self.namespace}
+        for key in ("labels", "annotations"):
+            if meta.get(key):
+                out[key] = meta[key]
+        return out
+
+    def _create(self, now: float) -> bool:
+        body = {
+            "apiVersion": LEASE_API,
+            "kind": "Lease",
+            "metadata": self._metadata(),
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": round(self.lease_duration),
+                "acquireTime": micro_time(now),
+                "renewTime": micro_time(now),
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            created = self.kube.create(path_for(LEASE_API, "leases", self.namespace), body)
+        except ApiError as exc:
+            if exc.code == 409:  # another candidate created it first
+                return False
+            raise
+        self._observe(created)
+        return True
+
+    def release(self) -> bool:
+        """Stop writing, then hand the Lease back if this replica holds it."""
+        with self._lock:
+            self._valid_until = float("-inf")
+            if self._lease is None or self.holder != self.identity:
+                return False
+            now = self.clock()
+            spec = self._lease.get("spec") or {}
+            body = {
+                "apiVersion": LEASE_API,
+                "kind": "Lease",
+                "metadata": {
+                    **self._metadata(self._lease),
+                    "resourceVersion": self._lease["metadata"]["resourceVersion"],
+                },
+                "spec": {
+                    "holderIdentity": "",
+                    "leaseDurationSeconds": 1,
+                    "acquireTime": micro_time(now),
+                    "renewTime": micro_time(now),
+                    "leaseTransitions": int(spec.get("leaseTransitions") or 0),
+                },
+            }
+            try:
+                self._lease = self.kube.replace(self.path, body)
+            except ApiError as exc:
+                # 409: someone else took it after our renew deadline passed, which is fine.
+                level = logging.DEBUG if exc.code == 409 else logging.WARNING
+                log.log(level, "could not release lease %s/%s: %s", self.namespace, self.name, exc)
+                self._lease = None
+                return False
+            log.info("released lease %s/%s", self.namespace, self.name)
+            return True
+
+    # ---- the loop
+
+    def _set_leading(self, leading: bool, event: str) -> None:
+        if leading == self._leading:
+            return
+        self._leading = leading
+        if leading:
+            log.info("acquired lease %s/%s as %s: annotating", self.namespace, self.name, self.identity)
+        elif event == "lost":
+            log.warning(
+                "lost lease %s/%s (no renewal within %gs; last error: %s)",
+                self.namespace,
+                self.name,
+                self.renew_deadline,
+                self.last_error or "none",
+            )
+        if self.on_change is not None:
+            self.on_change(event)
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Acquire, renew, re-acquire after a loss, until ``stop``; then release."""
+        stop = stop or self._stop
+        log.info(
+            "waiting for lease %s/%s as %s (lease %gs, renew deadline %gs, retry %gs)",
+            self.namespace,
+            self.name,
+            self.identity,
+            self.lease_duration,
+            self.renew_deadline,
+            self.retry_period,
+        )
+        try:
+            while not stop.is_set():
+                self.try_acquire_or_renew()
+                if self.is_leader():
+                    self._set_leading(True, "acquired")
+                else:
+                    self._set_leading(False, "lost")
+                delay = self.retry_period if self._leading else self.retry_period * random.uniform(1, JITTER)
+                stop.wait(delay)
+        finally:
+            if self.release() or self._leading:
+                self._set_leading(False, "released")
+
+    def wait_leading(self, timeout: float, stop: threading.Event | None = None) -> bool:
+        """Try until this replica leads or ``timeout`` passes (``--once --leader-elect``)."""
+        deadline = self.monotonic() + timeout
+        while True:
+            if self.try_acquire_or_renew():
+                self._set_leading(True, "acquired")
+                return True
+            if self.monotonic() >= deadline or (stop is not None and stop.is_set()):
+                return False
+            time.sleep(min(self.retry_period, max(0.0, deadline - self.monotonic())))
+
+    def start(self) -> LeaderElector:
+        self._thread = threading.Thread(target=self.run, args=(self._stop,), name="leader", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

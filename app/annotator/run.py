@@ -1,0 +1,367 @@
+"""``ballast annotator`` wiring: configuration checks, then ``--once`` or the leader-elected loop.
+
+Start-up refuses, with a message saying what to fix, before touching any Node: a bad policy, bad flags
+or an unusable kubeconfig (exit 2), and a Prometheus that is not reachable or not ready (exit 1; checked
+with ``/-/ready`` or the build info, not with a query).
+
+Run mode: watches on nodes (``--node-selector``) and on bound pods (or ``Scheduled`` events) keep the
+annotator's view; a ``LeaderElector`` thread holds the Lease; the asyncio loop runs cycles on the policy's
+schedule while this replica leads and the watches have listed. SIGTERM/SIGINT stop the loop, then the
+Lease is released so the other replica takes over at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from app import __version__
+from app.annotations import HOT_VALUE_KEY
+from app.annotator.bindings import BindingRecords
+from app.annotator.controller import Annotator, CycleReport, KubeNodeWriter, run_loop
+from app.annotator.health import HealthServer
+from app.annotator.leader import LeaderElector, default_identity
+from app.annotator.metrics import AnnotatorMetrics
+from app.annotator.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
+from app.annotator.schedule import Schedule
+from app.annotator.sources import EventBindings, NodeIndex, PodBindings
+from app.kube import Kube, KubeConfigError, Reflector, load_api_client
+from app.policy import Policy, PolicyError, load_policy
+
+__all__ = ["lease_namespace", "prometheus_config", "run"]
+
+log = logging.getLogger("ballast.annotator")
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE = "ballast-system"
+HORIZON_SLACK_SECONDS = 60.0
+"""Bindings are kept this much longer than the longest hot-value window (late cycles, clock skew)."""
+STUCK_LOOP_SECONDS = 300.0
+"""/healthz fails when the main loop has not turned for this long."""
+SYNC_WAIT_SECONDS = 60.0
+
+
+def lease_namespace(flag: str | None, namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """``--lease-namespace``, else the pod's namespace from its service account, else ballast-system."""
+    if flag:
+        return flag
+    with contextlib.suppress(OSError):
+        ns = namespace_file.read_text().strip()
+        if ns:
+            return ns
+    return DEFAULT_NAMESPACE
+
+
+def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
+    return PrometheusConfig(
+        url=args.prometheus_url,
+        timeout=args.prometheus_timeout,
+        bearer_token_file=args.prometheus_bearer_token_file,
+        username=args.prometheus_username,
+        password_file=args.prometheus_password_file,
+        ca_file=args.prometheus_ca_file,
+        cert_file=args.prometheus_cert_file,
+        key_file=args.prometheus_key_file,
+        insecure_skip_verify=args.prometheus_insecure_skip_verify,
+        params=dict(args.prometheus_param),
+        headers=dict(args.prometheus_header),
+        retries=args.prometheus_retries,
+    )
+
+
+def _records(policy: Policy, args: argparse.Namespace) -> BindingRecords | None:
+    if not policy.hot_values:
+        return None
+    horizon = max(w.time_range for w in policy.hot_values) + HORIZON_SLACK_SECONDS
+    return BindingRecords(horizon, args.max_bindings_per_node)
+
+
+def _binding_sources(records: BindingRecords, source: str) -> list[tuple[str, dict[str, str], Any]]:
+    """(path, list params, handler) per configured source."""
+    out: list[tuple[str, dict[str, str], Any]] = []
+    if source in ("pods", "both"):
+        out.append(("/api/v1/pods", {"fieldSelector": "spec.nodeName!="}, PodBindings(records)))
+    if source in ("events", "both"):
+        out.append(("/api/v1/events", {"fieldSelector": "reason=Scheduled"}, EventBindings(records)))
+    return out
+
+
+def run(args: argparse.Namespace, *, stop: threading.Event | None = None) -> int:
+    """Run ``ballast annotator``; returns the exit code (see ``app.annotator.cli``)."""
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as exc:
+        log.error("%s", exc)
+        return 2
+    if not policy.metrics and not policy.hot_values:
+        log.error("policy %s has no syncPolicy and no hotValue: nothing to annotate", args.policy)
+        return 2
+    config = prometheus_config(args)
+    if problems := config.validate():
+        for problem in problems:
+            log.error("%s", problem)
+        return 2
+    if not (args.lease_duration > args.renew_deadline > 1.2 * args.retry_period):
+        log.error(
+            "leader election needs --lease-duration > --renew-deadline > 1.2 x --retry-period "
+            "(got %gs, %gs, %gs)",
+            args.lease_duration,
+            args.renew_deadline,
+            args.retry_period,
+        )
+        return 2
+    try:
+        api_client = load_api_client(args.kubeconfig)
+    except KubeConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    identity = args.identity or default_identity()
+    # The identity in the User-Agent lets API audit logs (and tests) tell the replicas apart.
+    api_client.user_agent = f"ballast-annotator/{__version__} ({identity})"
+    kube = Kube(api_client, timeout=args.api_timeout)
+    try:
+        if args.once:
+            return asyncio.run(_once(args, policy, config, kube, identity))
+        return asyncio.run(_serve(args, policy, config, kube, identity, stop or threading.Event()))
+    finally:
+        with contextlib.suppress(Exception):
+            api_client.close()
+
+
+async def _check_prometheus(client: PrometheusClient) -> bool:
+    try:
+        how = await client.check_ready()
+    except PrometheusError as exc:
+        log.error("cannot use Prometheus: %s", exc)
+        return False
+    log.info("Prometheus at %s is ready (%s)", client.url, how)
+    return True
+
+
+def _elector(args: argparse.Namespace, kube: Kube, identity: str, metrics: AnnotatorMetrics) -> LeaderElector:
+    def changed(event: str) -> None:
+        metrics.leader.set(1 if event == "acquired" else 0)
+        metrics.lease_transitions.labels(event).inc()
+
+    return LeaderElector(
+        kube,
+        lease_namespace(args.lease_namespace),
+        args.lease_name,
+        identity,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        on_change=changed,
+    )
+
+
+def _annotator(
+    args: argparse.Namespace,
+    policy: Policy,
+    client: PrometheusClient,
+    index: NodeIndex,
+    kube: Kube,
+    records: BindingRecords | None,
+    metrics: AnnotatorMetrics,
+    may_write: Any,
+) -> Annotator:
+    return Annotator(
+        policy,
+        client,
+        index,
+        KubeNodeWriter(kube),
+        records,
+        metrics=metrics,
+        match_label=args.match_label,
+        query_template=args.query_template,
+        hot_interval=args.hot_value_interval,
+        patch_concurrency=args.patch_concurrency,
+        may_write=may_write,
+    )
+
+
+async def _once(
+    args: argparse.Namespace, policy: Policy, config: PrometheusConfig, kube: Kube, identity: str
+) -> int:
+    """One full cycle: list nodes and bindings, sync every metric and the hot value, exit."""
+    async with PrometheusClient(config) as client:
+        if not await _check_prometheus(client):
+            return 1
+        metrics = AnnotatorMetrics()
+        index = NodeIndex([*policy.metrics, HOT_VALUE_KEY])
+        records = _records(policy, args)
+        try:
+            params = {"labelSelector": args.node_selector} if args.node_selector else {}
+            nodes, _ = await asyncio.to_thread(kube.list_all, "/api/v1/nodes", params)
+            index.replace(nodes)
+            if records is not None:
+                for path, list_params, handler in _binding_sources(records, args.binding_source):
+                    items, _ = await asyncio.to_thread(kube.list_all, path, list_params)
+                    handler.replace(items)
+        except Exception as exc:
+            log.error("cannot list from the Kubernetes API: %s", exc)
+            return 1
+        elector = None
+        if args.leader_elect:
+            elector = _elector(args, kube, identity, metrics)
+            wait = args.lease_duration + 2 * args.retry_period
+            if not await asyncio.to_thread(elector.wait_leading, wait):
+                log.error(
+                    "lease %s/%s is held by %s; not annotating",
+                    elector.namespace,
+                    elector.name,
+                    elector.holder or "another replica",
+                )
+                return 1
+        annotator = _annotator(
+            args,
+            policy,
+            client,
+            index,
+            kube,
+            records,
+            metrics,
+            elector.is_leader if elector is not None else (lambda: True),
+        )
+        try:
+            report: CycleReport = await annotator.cycle(policy.metrics)
+        finally:
+            annotator.close()
+            if elector is not None:
+                await asyncio.to_thread(elector.release)
+        return 0 if report.ok else 1
+
+
+async def _serve(
+    args: argparse.Namespace,
+    policy: Policy,
+    config: PrometheusConfig,
+    kube: Kube,
+    identity: str,
+    stop: threading.Event,
+) -> int:
+    client = PrometheusClient(config)
+    try:
+        if not await _check_prometheus(client):
+            return 1
+        return await _serve_with(args, policy, client, kube, identity, stop)
+    finally:
+        await client.aclose()
+
+
+async def _serve_with(
+    args: argparse.Namespace,
+    policy: Policy,
+    client: PrometheusClient,
+    kube: Kube,
+    identity: str,
+    stop: threading.Event,
+) -> int:
+    metrics = AnnotatorMetrics()
+    index = NodeIndex([*policy.metrics, HOT_VALUE_KEY])
+    records = _records(policy, args)
+    params = {"labelSelector": args.node_selector} if args.node_selector else {}
+    reflectors = [
+        Reflector(kube, "/api/v1/nodes", index, params=params, name="nodes", resync_seconds=args.resync)
+    ]
+    if records is not None:
+        for path, list_params, handler in _binding_sources(records, args.binding_source):
+            name = path.rsplit("/", 1)[-1]
+            reflectors.append(
+                Reflector(kube, path, handler, params=list_params, name=name, resync_seconds=args.resync)
+            )
+    leader_elect = args.leader_elect is not False
+    elector = _elector(args, kube, identity, metrics) if leader_elect else None
+    if elector is None:
+        metrics.leader.set(1)
+        log.warning("leader election is off: run exactly one annotator replica")
+
+    def synced() -> bool:
+        return all(r.synced.is_set() for r in reflectors)
+
+    def may_write() -> bool:
+        return not stop.is_set() and (elector is None or elector.is_leader())
+
+    beat = [time.monotonic()]
+
+    def healthy() -> tuple[bool, str]:
+        age = time.monotonic() - beat[0]
+        if age > STUCK_LOOP_SECONDS:
+            return False, f"the annotation loop has not run for {age:.0f}s"
+        return True, "ok"
+
+    def ready() -> tuple[bool, str]:
+        waiting = [r.name for r in reflectors if not r.synced.is_set()]
+        if waiting:
+            return False, "waiting for the first list of " + ", ".join(waiting)
+        return True, "ok"
+
+    server = None
+    if args.metrics_port:
+        try:
+            server = HealthServer(
+                args.metrics_address, args.metrics_port, metrics.registry, healthy=healthy, ready=ready
+            ).start()
+        except OSError as exc:
+            log.error(
+                "cannot serve health and metrics on %s:%d: %s", args.metrics_address, args.metrics_port, exc
+            )
+            return 1
+        log.info(
+            "health and metrics on http://%s:%d (/healthz, /readyz, /metrics)",
+            args.metrics_address,
+            server.port,
+        )
+
+    annotator = _annotator(args, policy, client, index, kube, records, metrics, may_write)
+    schedule = Schedule(policy.sync_periods, args.hot_value_interval)
+    loop = asyncio.get_running_loop()
+    handled: list[int] = []
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, _on_signal, signum, stop)
+            handled.append(signum)
+    try:
+        for r in reflectors:
+            r.start()
+        if elector is not None:
+            elector.start()
+        log.info(
+            "ballast annotator %s: %d metrics (%s), hot value %s, as %s",
+            __version__,
+            len(policy.metrics),
+            ", ".join(f"{m} every {p:g}s" for m, p in policy.sync_periods.items()),
+            f"from {args.binding_source}" if records is not None else "off (no hotValue in the policy)",
+            identity,
+        )
+        await run_loop(
+            annotator,
+            schedule,
+            stop=stop,
+            is_leader=lambda: synced() and may_write(),
+            heartbeat=lambda: beat.__setitem__(0, time.monotonic()),
+        )
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+        if elector is not None:
+            await asyncio.to_thread(elector.stop)  # stops writing, then releases the Lease
+        for r in reflectors:
+            r.stop()
+        annotator.close()
+        if server is not None:
+            server.close()
+    log.info("annotator stopped")
+    return 0
+
+
+def _on_signal(signum: int, stop: threading.Event) -> None:
+    log.info("%s received; stepping down", signal.Signals(signum).name)
+    stop.set()

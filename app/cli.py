@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from agent import cli as agent_cli
 from app import __version__
+from app.annotator import cli as annotator_cli
 from app.logs import LEVELS, setup_logging
 from app.policy import PolicyError, load_policy
 
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _extender_parser(sub)
+    annotator_cli.register(sub)
     agent_cli.register(sub)
     return parser
 

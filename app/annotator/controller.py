@@ -203,8 +203,7 @@ class Annotator:
                 report.query_errors[metric] = str(answer)
                 self.metrics.failures.labels("prometheus").inc()
                 log.warning(
-                    "query %r for %s failed, its annotations are left as they are (retrying with "
-                    "backoff): %s",
+                    "query %r for %s failed, its annotations are left as they are: %s",
                     self.expression(metric),
                     metric,
                     answer,
@@ -212,6 +211,23 @@ class Annotator:
                 continue
             matched = match_series(answer, addresses, self.match_label)
             self._account(metric, matched, len(snapshot), report)
+            if not answer:
+                log.warning(
+                    "%s: Prometheus has no series for %r; are the recording rules "
+                    "(scheduler_config/prometheus-rules.yaml) loaded?",
+                    metric,
+                    self.expression(metric),
+                )
+            elif snapshot and not matched.values and not matched.unusable:
+                example = answer[0].labels.get(self.match_label, "(label missing)")
+                log.warning(
+                    "%s: none of %d series names a node by its %r label (e.g. %r); nodes are matched by "
+                    "InternalIP, IP:port, name or name:port (see --match-label)",
+                    metric,
+                    len(answer),
+                    self.match_label,
+                    example,
+                )
             for node, value in matched.values.items():
                 loads.setdefault(node, {})[metric] = min(value / PERCENT, 1.0)
             report.synced.append(metric)

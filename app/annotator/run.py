@@ -95,6 +95,8 @@ def _binding_sources(records: BindingRecords, source: str) -> list[tuple[str, di
 
 def run(args: argparse.Namespace, *, stop: threading.Event | None = None) -> int:
     """Run ``ballast annotator``; returns the exit code (see ``app.annotator.cli``)."""
+    if not log.isEnabledFor(logging.DEBUG):
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: debug only
     try:
         policy = load_policy(args.policy)
     except PolicyError as exc:

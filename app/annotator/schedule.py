@@ -64,7 +64,3 @@ class Schedule:
     def next_wakeup(self) -> float:
         """When the next cycle is due: the earliest metric, or the hot-value refresh."""
         return min([self._next_hot, *self._next.values()])
-
-    def next_sync_in(self, metric: str) -> float:
-        """Seconds from a successful sync to the next one (what an annotation must outlive)."""
-        return self.periods[metric]

@@ -1,0 +1,110 @@
+"""Shared helpers of the annotator tests: command-line args, nodes and bound pods in the fake API server."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from app.annotator.cli import register
+from tests.fakekube import FakeKube, make_node, make_pod
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    """``ballast annotator ARGV`` parsed by the real parser (registered on a parser of our own)."""
+    parser = argparse.ArgumentParser(prog="ballast")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    return parser.parse_args(["annotator", *argv])
+
+
+def stamp(when: float) -> str:
+    return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def add_node(fake: FakeKube, name: str, ip: str | None, annotations: dict[str, str] | None = None) -> None:
+    node = make_node(name, annotations=annotations)
+    if ip:
+        node["status"]["addresses"].insert(0, {"type": "InternalIP", "address": ip})
+    fake.add(node)
+
+
+def bind_pod(fake: FakeKube, name: str, node: str, when: float, namespace: str = "default") -> dict[str, Any]:
+    """A pod bound to ``node`` whose PodScheduled condition says it was bound at ``when``."""
+    fake.add(make_pod(name, namespace=namespace, node_name=node))
+    condition = {"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(when)}
+    return fake.patch(
+        "pods",
+        name,
+        {"status": {"conditions": [condition]}},
+        namespace=namespace,
+        subresource="status",
+    )
+
+
+def annotations(fake: FakeKube, node: str) -> dict[str, str]:
+    obj = fake.get("nodes", node)
+    assert obj is not None, node
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+def node_patches(fake: FakeKube) -> list[Any]:
+    return [r for r in fake.requests if r.method == "PATCH" and r.path.startswith("/api/v1/nodes/")]
+
+
+def wait_until(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(interval)
+    return cond()
+
+
+class FailingPrometheus:
+    """A tiny HTTP server that is 'ready' but answers every query with HTTP 500 (a broken backend)."""
+
+    def __init__(self, status: int = 500) -> None:
+        self.queries: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.startswith("/-/ready"):
+                    body, code = b"Prometheus Server is Ready.\n", 200
+                else:
+                    outer.queries.append(self.path)
+                    body = b'{"status":"error","errorType":"internal","error":"storage is on fire"}'
+                    code = status
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05})
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[FailingPrometheus]:
+        self.thread.start()
+        try:
+            yield self
+        finally:
+            self.server.shutdown()
+            self.server.server_close()
+            self.thread.join(5)

@@ -423,11 +423,13 @@ class Extender:
             and (self._numa_request(pod_obj, pod) is not None)
         )
         if encoded and not exact and not numa_pod and None not in values:
-            # The common case: every score is the board's standing one, already encoded per node.
-            body = b"[" + b",".join(map(board.fragment.__getitem__, names)) + b"]"
-            if self.ledger is not None and names and not pod.daemonset:
-                self.ledger.hold(pod, names[values.index(max(values))], now)
-            return body
+            # The common case: every score is the board's standing one, already encoded per node. A node
+            # deleted by a watch event meanwhile has no fragment: then answer the ordinary way.
+            parts = list(map(board.fragment.get, names))
+            if None not in parts:
+                if self.ledger is not None and names and not pod.daemonset:
+                    self.ledger.hold(pod, names[values.index(max(values))], now)
+                return b"[" + b",".join(parts) + b"]"
         if exact:
             for i, name in enumerate(names):
                 if name in exact and (load := lookup(name)) is not None:

@@ -12,13 +12,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Stamp files make re-runs cheap: reinstall only when pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+# Stamp files make re-runs cheap: reinstall only when the project or the lock changes. The lock pins the
+# runtime dependencies to the versions the image ships (Dockerfile), so tests run against those.
+$(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+$(VENV)/.installed-test: pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test]'
 	touch $@ $(VENV)/.installed
 
 venv: $(BIN)/python

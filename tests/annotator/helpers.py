@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
+from urllib.parse import parse_qs, urlparse
 
 from app.annotator.cli import register
 from tests.fakekube import FakeKube, make_node, make_pod
@@ -67,21 +69,26 @@ def wait_until(cond: Callable[[], Any], timeout: float = 10.0, interval: float =
     return cond()
 
 
-class FailingPrometheus:
-    """A tiny HTTP server that is 'ready' but answers every query with HTTP 500 (a broken backend)."""
+class StubPrometheus:
+    """A tiny HTTP server that is 'ready' and answers every other GET with ``answer(path, query)``
+    (status, JSON body). For what a real Prometheus cannot be made to do on demand (fail), or where
+    only the caller's other side matters; Prometheus behaviour itself is tested against the real server."""
 
-    def __init__(self, status: int = 500) -> None:
+    def __init__(self, answer: Callable[[str, str], tuple[int, bytes]]) -> None:
         self.queries: list[str] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path.startswith("/-/ready"):
-                    body, code = b"Prometheus Server is Ready.\n", 200
-                else:
-                    outer.queries.append(self.path)
-                    body = b'{"status":"error","errorType":"internal","error":"storage is on fire"}'
-                    code = status
+                url = urlparse(self.path)
+                if url.path == "/-/ready":
+                    self._send(200, b"Prometheus Server is Ready.\n")
+                    return
+                query = parse_qs(url.query).get("query", [""])[0]
+                outer.queries.append(query)
+                self._send(*answer(url.path, query))
+
+            def _send(self, code: int, body: bytes) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -99,12 +106,41 @@ class FailingPrometheus:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[FailingPrometheus]:
+    def __enter__(self) -> Self:
         self.thread.start()
-        try:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Self]:
+        with self:
             yield self
-        finally:
-            self.server.shutdown()
-            self.server.server_close()
-            self.thread.join(5)
+
+
+class FailingPrometheus(StubPrometheus):
+    """Answers every query with ``status`` and Prometheus's error body (a broken backend)."""
+
+    def __init__(self, status: int = 500) -> None:
+        body = b'{"status":"error","errorType":"internal","error":"storage is on fire"}'
+        super().__init__(lambda path, query: (status, body))
+
+
+def constant_prometheus(values: dict[str, float]) -> StubPrometheus:
+    """Answers every instant query with one sample per instance (instance -> percentage), now."""
+
+    def answer(path: str, query: str) -> tuple[int, bytes]:
+        if path != "/api/v1/query":
+            return 404, b'{"status":"error","errorType":"not_found","error":"not found"}'
+        now = time.time()
+        result = [
+            {"metric": {"__name__": query, "instance": inst}, "value": [now, str(v)]}
+            for inst, v in values.items()
+        ]
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return 200, json.dumps(body).encode()
+
+    return StubPrometheus(answer)

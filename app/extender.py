@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from itertools import filterfalse
+from operator import itemgetter
 from typing import Any, Protocol
 
+import orjson
 from cachetools import TTLCache
 
 from app.annotations import HOT_VALUE_VALID_SECONDS
@@ -56,7 +60,6 @@ class Extender:
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self.board: VerdictBoard | None = None
-        self._reasons: dict[tuple[str, int, int, int], tuple[Any, str, str]] = {}
         """Rejection reasons of tight nodes by (node, pod cpu, pod memory, second): a burst of equal replicas
         is judged once per node per second. Valid only while the node's standing verdict is the same."""
         self._numa_seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
@@ -259,44 +262,44 @@ class Extender:
             checked = look.intersection(names)
         else:
             checked = set(names)
-        failed: dict[str, str] = {}
-        ok: set[str] = set()
-        rejected_by: dict[str, int] = {}
-        second = round(now)
-        reasons = self._reasons
-        for name in checked:
+        # Verdicts already worked out this second for a pod of this size (the watch thread may drop
+        # entries meanwhile: read each once, and whatever is gone is worked out again).
+        memo = board.memo(cpu, mem, round(now))
+        generation = board.generation
+        known = memo.failed.keys() & checked
+        if special:
+            known -= special
+        entries = memo.failed
+        hits = {name: e for name in known if (e := entries.get(name)) is not None}
+        failed = {name: e[0] for name, e in hits.items()}
+        rejected_by = Counter(e[1] for e in hits.values())
+        todo = checked - hits.keys()
+        todo -= memo.passed - special if special else memo.passed
+        new_failed: dict[str, tuple[str, str]] = {}
+        new_passed: set[str] = set()
+        for name in todo:
             d = derived.get(name)
-            key = (name, cpu, mem, second)
-            reason = reasons.get(key) if d is not None and name not in special else None
-            if reason is not None and reasons_valid(reason, d):
-                failed[name] = reason[1]
-                rejected_by[reason[2]] = rejected_by.get(reason[2], 0) + 1
-                continue
-            verdict = UNSURE if d is None or name in special else judge(d, cpu, mem, now)
+            exact = d is None or name in special
+            verdict = UNSURE if exact else judge(d, cpu, mem, now)
             if verdict is UNSURE:
                 load = lookup(name)
                 verdict = None
                 if load is not None:
                     verdict = check_node(load, policy, now, self._extra(load, policy, now, incoming))
             if verdict is None:
-                ok.add(name)
-            else:
-                assert isinstance(verdict, Rejection)
-                text = verdict.reason
-                failed[name] = text
-                rejected_by[verdict.metric] = rejected_by.get(verdict.metric, 0) + 1
-                if d is not None and name not in special:
-                    if len(reasons) > 100_000:
-                        reasons.clear()
-                    reasons[key] = (d, text, verdict.metric)
+                if not exact:
+                    new_passed.add(name)
+                continue
+            assert isinstance(verdict, Rejection)
+            failed[name] = verdict.reason
+            rejected_by[verdict.metric] += 1
+            if not exact:
+                new_failed[name] = (verdict.reason, verdict.metric)
+        if new_failed or new_passed:
+            board.record(memo, generation, new_failed, new_passed)
         for metric, count in rejected_by.items():
             self._rejected(metric).inc(count)
-        if not checked:
-            passing = list(names)
-        elif ok:
-            passing = [n for n in names if n not in checked or n in ok]
-        else:
-            passing = [n for n in names if n not in checked]
+        passing = list(filterfalse(failed.__contains__, names)) if failed else list(names)
         return passing, failed
 
     # -- NUMA ------------------------------------------------------------------------------------
@@ -409,32 +412,41 @@ class Extender:
         encoded: bool = False,
     ) -> list[dict] | bytes:
         board.refresh(now)
-        scores = board.score
-        values = list(map(scores.get, names))  # C-level; None for names the board lacks (fixed below)
+        entries = list(map(board.scored.get, names))  # C-level; None for names the board lacks
+        lacking = None in entries
+        values = [None if e is None else e[0] for e in entries] if lacking else list(map(_score_of, entries))
         exact = set()
         own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
         if own is not None:
             exact.add(own.node)
-        if len(names) > len(scores):
-            exact.update(n for n in names if n not in scores)
+        if lacking:
+            exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
         numa_pod = (
             not pod.daemonset
             and getattr(self.source, "topology", None) is not None
             and (self._numa_request(pod_obj, pod) is not None)
         )
-        if encoded and not exact and not numa_pod and None not in values:
-            # The common case: every score is the board's standing one, already encoded per node. A node
-            # deleted by a watch event meanwhile has no fragment: then answer the ordinary way.
-            parts = list(map(board.fragment.get, names))
-            if None not in parts:
-                if self.ledger is not None and names and not pod.daemonset:
-                    self.ledger.hold(pod, names[values.index(max(values))], now)
-                return b"[" + b",".join(parts) + b"]"
-        if exact:
+        if encoded and not numa_pod and len(exact) <= _FEW_EXACT:
+            # The common case: every score is the board's standing one, already encoded per node, but for
+            # a few nodes scored exactly: the node holding this pod's own estimate (kube-scheduler asks
+            # again after a failed attempt) and names the board lacks (0 unless the cache knows them).
+            parts = (
+                [e[1] if e is not None else None for e in entries]
+                if lacking
+                else list(map(_json_of, entries))
+            )
+            for name in exact:
+                score = self._exact_score(lookup, name, pod, policy, now)
+                for i in _positions(names, name):
+                    values[i] = score
+                    parts[i] = orjson.dumps({"Host": name, "Score": score})
+            if self.ledger is not None and names and not pod.daemonset:
+                self.ledger.hold(pod, names[values.index(max(values))], now)
+            return b"[" + b",".join(parts) + b"]"
+        elif exact:
             for i, name in enumerate(names):
-                if name in exact and (load := lookup(name)) is not None:
-                    extra = self._extra(load, policy, now, None, skip=pod.uid)
-                    values[i] = score_node(load, policy, now, extra).score
+                if name in exact:
+                    values[i] = self._exact_score(lookup, name, pod, policy, now)
         if None in values:
             values = [0 if v is None else v for v in values]
         out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
@@ -443,6 +455,16 @@ class Extender:
         if self.ledger is not None and out and not pod.daemonset:
             self.ledger.hold(pod, names[values.index(max(values))], now)
         return out
+
+    def _exact_score(
+        self, lookup: Callable[[str], NodeLoad | None], name: str, pod: PodInfo, policy: Policy, now: float
+    ) -> int:
+        """The score by the definition (``score_node``), not counting the pod's own held estimate; 0 for a
+        node Ballast does not know (no information)."""
+        load = lookup(name)
+        if load is None:
+            return 0
+        return score_node(load, policy, now, self._extra(load, policy, now, None, skip=pod.uid)).score
 
     def preempt(self, body: dict[str, Any]) -> dict[str, Any]:
         """Keep candidate nodes where evicting the victims brings the node under every limit."""
@@ -517,9 +539,21 @@ class Extender:
         return uids, {"cpu": cpu, "memory": mem}
 
 
-def reasons_valid(entry: tuple[Any, str, str], derived: Any) -> bool:
-    """A cached reason holds while the node's standing verdict object is the one it was computed from."""
-    return entry[0] is derived
+_score_of = itemgetter(0)
+_json_of = itemgetter(1)
+_FEW_EXACT = 8
+"""Up to this many exactly scored nodes, prioritize still answers from the pre-encoded fragments."""
+
+
+def _positions(items: list[str], value: str) -> Iterator[int]:
+    """Every index of ``value`` in ``items``, found at C speed (``list.index``)."""
+    i = -1
+    while True:
+        try:
+            i = items.index(value, i + 1)
+        except ValueError:
+            return
+        yield i
 
 
 def _require_pod(folded: dict[str, Any]) -> dict[str, Any]:

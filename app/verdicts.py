@@ -5,7 +5,7 @@ estimate on it changes (hold, bind, pod watch), (c) the policy changes, or (d) t
 estimate expire. The board recomputes a node on (a)-(c) as they happen and on (d) via a heap of
 expiry times, and keeps:
 
-- ``score[node]``: the prioritize score (0..10) with the node's current estimates;
+- ``scored[node]``: the prioritize score (0..10) with the node's current estimates, and its JSON;
 - ``room``: per node the spare capacity, in millicores and bytes, before the tightest fresh predicate of
   that resource would be crossed, counting estimates already on the node;
 - ``blocked``: nodes already over a limit, whatever the pod;
@@ -17,6 +17,13 @@ A pod whose estimate fits under tiers i (cpu) and j (memory) passes every node o
 precomputed per-predicate rooms (``judge``), and only float ties take the exact path (``app.load``).
 The board is an optimisation only: ``check_node`` and ``score_node`` remain the definition, and the
 tests compare the two.
+
+Within one second, kube-scheduler asks about the same nodes for pod after pod, mostly of the same size.
+``memo(cpu, mem, second)`` keeps the verdicts already worked out for one pod size in the current
+second (a ``VerdictMemo``), so a repeated question about a tight or blocked node is a C-level dict
+lookup rather than a judgement and a formatted reason. Recomputing a node drops it from every memo, and
+a request records its verdicts only if no node changed while it ran (``record``), so a memo never
+holds a verdict older than the node's standing one.
 """
 
 from __future__ import annotations
@@ -135,6 +142,22 @@ def judge(d: Derived, cpu_milli: int, memory_bytes: int, now: float) -> Rejectio
     return None
 
 
+@dataclass(slots=True)
+class VerdictMemo:
+    """Verdicts for one pod size in one second: ``failed[node] = (reason, metric)``, and passed nodes."""
+
+    failed: dict[str, tuple[str, str]]
+    passed: set[str]
+
+    def forget(self, name: str) -> None:
+        self.failed.pop(name, None)
+        self.passed.discard(name)
+
+
+_MAX_MEMOS = 64
+"""Distinct pod sizes remembered within one second; more (an unusual burst of sizes) starts over."""
+
+
 class VerdictBoard:
     """Standing verdicts of every cached node; see the module docstring."""
 
@@ -146,22 +169,59 @@ class VerdictBoard:
         self.ledger = ledger
         self._lock = threading.Lock()
         self.derived: dict[str, Derived] = {}
-        self.score: dict[str, int] = {}
-        self.fragment: dict[str, bytes] = {}
-        """``{"Host":name,"Score":n}`` already encoded, so a prioritize answer is a byte join."""
+        self.scored: dict[str, tuple[int, bytes]] = {}
+        """Per node the score and ``{"Host":name,"Score":n}`` already encoded, so that a prioritize answer
+        is one dict lookup per node and a byte join."""
         self.blocked: set[str] = set()
         self.tight_cpu: list[set[str]] = [set() for _ in CPU_TIERS]
         self.tight_memory: list[set[str]] = [set() for _ in MEMORY_TIERS]
         self._heap: list[tuple[float, str]] = []
         self.next_until = math.inf
         self.recomputed = 0
+        self.generation = 0
+        """Counts node recomputations; a request compares it before and after to know none happened."""
+        self._memos: dict[tuple[int, int, int], VerdictMemo] = {}
+        self._memo_second = -1
+
+    def memo(self, cpu_milli: int, memory_bytes: int, second: int) -> VerdictMemo:
+        """The memo of verdicts for a pod of this size in this second (empty the first time)."""
+        if second != self._memo_second or len(self._memos) >= _MAX_MEMOS:
+            with self._lock:
+                self._memos = {}
+                self._memo_second = second
+        key = (cpu_milli, memory_bytes, second)
+        memo = self._memos.get(key)
+        if memo is None:
+            memo = self._memos.setdefault(key, VerdictMemo({}, set()))
+        return memo
+
+    def record(
+        self,
+        memo: VerdictMemo,
+        generation: int,
+        failed: dict[str, tuple[str, str]],
+        passed: set[str],
+    ) -> None:
+        """Remember verdicts worked out from the board as it was at ``generation``, if it still is."""
+        with self._lock:
+            if self.generation != generation:
+                return
+            memo.failed.update(failed)
+            memo.passed.update(passed)
 
     def _set(self, name: str, now: float) -> None:
+        """Recompute one node (under the lock). The memos forget it and the generation moves only after
+        the new standing verdict is in place, so a request that read the old one cannot record it."""
+        self._derive(name, now)
+        self.generation += 1
+        for memo in self._memos.values():
+            memo.forget(name)
+
+    def _derive(self, name: str, now: float) -> None:
         load = self._lookup(name)
         if load is None:
             self.derived.pop(name, None)
-            self.score.pop(name, None)
-            self.fragment.pop(name, None)
+            self.scored.pop(name, None)
             self.blocked.discard(name)
             for sets in (self.tight_cpu, self.tight_memory):
                 for members in sets:
@@ -170,9 +230,9 @@ class VerdictBoard:
         d = derive(load, self._policy(), self.ledger, now)
         self.recomputed += 1
         self.derived[name] = d
-        if self.score.get(name) != d.score or name not in self.fragment:
-            self.fragment[name] = orjson.dumps({"Host": name, "Score": d.score})
-        self.score[name] = d.score
+        entry = self.scored.get(name)
+        if entry is None or entry[0] != d.score:
+            self.scored[name] = (d.score, orjson.dumps({"Host": name, "Score": d.score}))
         (self.blocked.add if d.blocked else self.blocked.discard)(name)
         for room, tiers, sets in (
             (d.cpu_room, CPU_TIERS, self.tight_cpu),
@@ -193,9 +253,10 @@ class VerdictBoard:
     def rebuild(self, names: Iterable[str], now: float) -> None:
         """Recompute everything (a relist or a policy change)."""
         with self._lock:
+            self.generation += 1
+            self._memos = {}
             self.derived.clear()
-            self.score.clear()
-            self.fragment.clear()
+            self.scored.clear()
             self.blocked.clear()
             for members in (*self.tight_cpu, *self.tight_memory):
                 members.clear()

@@ -95,10 +95,16 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
     assert d.blocked == (check_node(load, POLICY, NOW, ledger.extra(load, POLICY, NOW)) is not None)
 
 
-@given(specs=st.lists(node_st, min_size=1, max_size=12), pods=st.lists(pod_st, min_size=1, max_size=6))
+@given(
+    specs=st.lists(node_st, min_size=1, max_size=12),
+    pods=st.lists(pod_st, min_size=1, max_size=6),
+    changes=st.lists(st.tuples(st.integers(0, 11), node_st), max_size=4),
+)
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-def test_board_filter_and_prioritize_equal_exact_path(specs, pods) -> None:
-    """A burst through the board-backed extender answers exactly as the per-node exact path would."""
+def test_board_filter_and_prioritize_equal_exact_path(specs, pods, changes) -> None:
+    """A burst through the board-backed extender answers exactly as the per-node exact path would: each
+    pod asked twice (the second time the board's memo answers, and the pod's own hold is scored
+    exactly), with nodes changing between pods (a changed node must leave the memo)."""
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     names = [*loads, "unknown"]
     fast = Extender(
@@ -114,8 +120,15 @@ def test_board_filter_and_prioritize_equal_exact_path(specs, pods) -> None:
             "spec": {"containers": [{"resources": {"requests": {"cpu": f"{cpu}m", "memory": str(mem)}}}]},
         }
         args = ExtenderArgs(pod, None, names)
-        assert fast.filter(args) == slow.filter(args)
-        assert decoded(fast.prioritize(args, encoded=True)) == slow.prioritize(args)
+        for _ in range(2):
+            assert fast.filter(args) == slow.filter(args)
+            assert decoded(fast.prioritize(args, encoded=True)) == slow.prioritize(args)
+        if i < len(changes):
+            index, spec = changes[i]
+            name = f"n{index % len(specs)}"
+            loads[name] = make_load(name, spec)
+            assert fast.board is not None
+            fast.board.update([name], NOW)
 
 
 def test_board_recomputes_when_values_expire() -> None:
@@ -171,3 +184,21 @@ def test_whole_node_mode_equals_exact_path(specs, pods) -> None:
         assert fast.prioritize(ExtenderArgs(pod, objects, None)) == slow.prioritize(
             ExtenderArgs(pod, None, list(loads))
         )
+
+
+def test_memo_never_keeps_a_verdict_older_than_the_node() -> None:
+    """Verdicts worked out before a node changed are not recorded, and a change drops recorded ones."""
+    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.9, 0)}, "hot": None, "cpu": 4000, "mem": None})
+    loads = {"n": load}
+    board = VerdictBoard(loads.get, lambda: POLICY, Ledger(POLICY, clock=lambda: NOW))
+    board.rebuild(["n"], NOW)
+    memo = board.memo(250, 0, round(NOW))
+    before = board.generation
+    board.update(["n"], NOW)  # the watch thread recomputes n while a request is judging it
+    board.record(memo, before, {"n": ("stale reason", "cpu_usage_avg_5m")}, set())
+    assert memo.failed == {}
+    board.record(memo, board.generation, {"n": ("fresh reason", "cpu_usage_avg_5m")}, set())
+    assert memo.failed == {"n": ("fresh reason", "cpu_usage_avg_5m")}
+    board.update(["n"], NOW)
+    assert memo.failed == {}
+    assert board.memo(250, 0, round(NOW) + 1) is not memo  # a new second starts over

@@ -11,10 +11,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-from app.metrics import ExtenderMetrics
 from app.policy import Policy, PolicyError, load_policy
 
 log = logging.getLogger("ballast.policy")
@@ -26,11 +27,24 @@ class ReloadFailure:
     at: float
 
 
+class PolicyMetrics(Protocol):
+    """What the store counts: the extender's and the annotator's metrics both have these."""
+
+    policy_reloads: Any
+    policy_ok: Any
+
+
 class PolicyStore:
     def __init__(
-        self, policy: Policy, path: str | Path | None = None, metrics: ExtenderMetrics | None = None
+        self,
+        policy: Policy,
+        path: str | Path | None = None,
+        metrics: PolicyMetrics | None = None,
+        check: Callable[[Policy], str | None] | None = None,
     ):
+        """``check`` refuses a policy that loads but that this program cannot use (it returns why)."""
         self._policy = policy
+        self._check = check
         self.path = Path(path) if path else None
         self.generation = 1
         self.loaded_at = time.time()
@@ -75,6 +89,8 @@ class PolicyStore:
         self._stamp = self._file_stamp()
         try:
             policy = load_policy(self.path)
+            if self._check is not None and (problem := self._check(policy)):
+                raise PolicyError(f"{self.path}: {problem}")
         except PolicyError as exc:
             with self._lock:
                 self.failure = ReloadFailure(str(exc), time.time())

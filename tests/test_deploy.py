@@ -420,6 +420,26 @@ def scheduler_configmap() -> dict[str, Any]:
     return yaml.safe_load(get(DOCS, "ConfigMap", "ballast-scheduler-config")["data"]["scheduler-config.yaml"])
 
 
+def test_the_policy_reaches_running_pods_when_the_configmap_changes() -> None:
+    """Both programs reload the policy file; a subPath mount would never see a ConfigMap update."""
+    readers = 0
+    for w in workloads():
+        pod = w["spec"]["template"]["spec"]
+        policy_volumes = {
+            v["name"]
+            for v in pod.get("volumes", [])
+            if (v.get("configMap") or {}).get("name") == "ballast-policy"
+        }
+        for c in all_containers(pod):
+            for mount in c.get("volumeMounts", []):
+                if mount["name"] in policy_volumes:
+                    readers += 1
+                    assert "subPath" not in mount, (
+                        f"{w['metadata']['name']}/{c['name']} mounts the policy by subPath"
+                    )
+    assert readers >= 2  # the extender and the annotator
+
+
 def test_the_scheduler_configmap_is_the_node_cache_config() -> None:
     deployed = scheduler_configmap()
     source = yaml.safe_load((SCHEDULER_CONFIG / "scheduler-config-node-cache.yaml").read_text())

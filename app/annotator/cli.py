@@ -34,6 +34,13 @@ def _duration(text: str) -> float:
     return seconds
 
 
+def _duration_or_off(text: str) -> float:
+    """A duration, or 0 for off."""
+    if text.strip() in ("0", "0s"):
+        return 0.0
+    return _duration(text)
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -92,7 +99,15 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         required=True,
         metavar="FILE",
         help="DynamicSchedulerPolicy YAML (crane's format): syncPolicy gives the metrics and their "
-        "periods, hotValue the binding windows; read at start",
+        "periods, hotValue the binding windows; re-read when the file changes or on SIGHUP (a file that "
+        "does not load is refused and the running policy kept)",
+    )
+    p.add_argument(
+        "--policy-poll",
+        type=_duration_or_off,
+        default="2s",
+        metavar="DURATION",
+        help="how often to check the policy file for changes (0 disables; SIGHUP still reloads)",
     )
     p.add_argument(
         "--prometheus-url",

@@ -97,6 +97,18 @@ class AnnotatorMetrics:
             "1 while this replica holds the Lease (or runs without leader election), else 0.",
             registry=r,
         )
+        self.policy_reloads = Counter(
+            "ballast_annotator_policy_reloads",
+            "Policy file reloads by result: ok (now in use) or error (refused, the running policy kept).",
+            ["result"],
+            registry=r,
+        )
+        self.policy_ok = Gauge(
+            "ballast_annotator_policy_last_reload_ok",
+            "1 when the last policy load succeeded, 0 when it was refused.",
+            registry=r,
+        )
+        self.policy_ok.set(1)
         self.lease_transitions = Counter(
             "ballast_annotator_leadership_changes",
             "Times this replica started or stopped leading, by event (acquired, lost, released).",

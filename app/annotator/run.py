@@ -8,6 +8,11 @@ Run mode: watches on nodes (``--node-selector``) and on bound pods (or ``Schedul
 annotator's view; a ``LeaderElector`` thread holds the Lease; the asyncio loop runs cycles on the policy's
 schedule while this replica leads and the watches have listed. SIGTERM/SIGINT stop the loop, then the
 Lease is released so the other replica takes over at once.
+
+Policy changes (the file changed, or SIGHUP): a file that does not load is refused, the running policy
+kept and ``/readyz`` says why. A new policy that changes the metrics, their periods or the hot-value
+windows ends this generation of the loop (watches, Lease, health server) and starts the next with it:
+rare enough that a clean start beats rewiring each part; the Lease passes to the other replica meanwhile.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +41,7 @@ from app.annotator.schedule import Schedule
 from app.annotator.sources import EventBindings, NodeIndex, PodBindings
 from app.kube import Kube, KubeConfigError, Reflector, load_api_client
 from app.policy import Policy, PolicyError, load_policy
+from app.policy_store import PolicyStore
 
 __all__ = ["lease_namespace", "prometheus_config", "run"]
 
@@ -102,8 +110,8 @@ def run(args: argparse.Namespace, *, stop: threading.Event | None = None) -> int
     except PolicyError as exc:
         log.error("%s", exc)
         return 2
-    if not policy.metrics and not policy.hot_values:
-        log.error("policy %s has no syncPolicy and no hotValue: nothing to annotate", args.policy)
+    if problem := _unusable(policy):
+        log.error("policy %s %s", args.policy, problem)
         return 2
     config = prometheus_config(args)
     if problems := config.validate():
@@ -135,6 +143,19 @@ def run(args: argparse.Namespace, *, stop: threading.Event | None = None) -> int
     finally:
         with contextlib.suppress(Exception):
             api_client.close()
+
+
+def _unusable(policy: Policy) -> str | None:
+    """Why the annotator cannot run on this policy, or None."""
+    if not policy.metrics and not policy.hot_values:
+        return "has no syncPolicy and no hotValue: nothing to annotate"
+    return None
+
+
+def _what_the_annotator_uses(policy: Policy) -> tuple[Any, ...]:
+    """The parts of a policy the annotator runs on; a change elsewhere (predicates, priorities,
+    estimation) concerns only the extender and needs no restart of the loop."""
+    return (dict(policy.sync_periods), policy.hot_values)
 
 
 async def _check_prometheus(client: PrometheusClient) -> bool:
@@ -250,12 +271,88 @@ async def _serve(
     stop: threading.Event,
 ) -> int:
     client = PrometheusClient(config)
+    metrics = AnnotatorMetrics()
+    store = PolicyStore(policy, args.policy, metrics, check=_unusable)
+    probes = Probes()
+    server = None
     try:
         if not await _check_prometheus(client):
             return 1
-        return await _serve_with(args, policy, client, kube, identity, stop)
+        if args.metrics_port:
+            try:
+                server = HealthServer(
+                    args.metrics_address,
+                    args.metrics_port,
+                    metrics.registry,
+                    healthy=lambda: probes.healthy(),
+                    ready=lambda: probes.ready(),
+                ).start()
+            except OSError as exc:
+                log.error(
+                    "cannot serve health and metrics on %s:%d: %s",
+                    args.metrics_address,
+                    args.metrics_port,
+                    exc,
+                )
+                return 1
+            log.info(
+                "health and metrics on http://%s:%d (/healthz, /readyz, /metrics)",
+                args.metrics_address,
+                server.port,
+            )
+        while True:
+            running = store.current
+            code = await _serve_with(args, running, client, kube, identity, stop, metrics, store, probes)
+            if stop.is_set() or store.current is running:
+                return code
+            probes.ready = lambda: (False, "restarting with a new policy")
+            log.info(
+                "restarting the annotation loop with the new policy: %s",
+                ", ".join(f"{m} every {p:g}s" for m, p in store.current.sync_periods.items()) or "no metrics",
+            )
     finally:
+        if server is not None:
+            server.close()
         await client.aclose()
+
+
+@dataclass
+class Probes:
+    """What /healthz and /readyz answer; each generation of the loop installs its own checks, while the
+    health server (and the metrics registry) outlive generations, so probes and scrapes never see a gap."""
+
+    healthy: Callable[[], tuple[bool, str]] = lambda: (True, "ok")
+    ready: Callable[[], tuple[bool, str]] = lambda: (False, "starting")
+
+
+async def _watch_policy(
+    store: PolicyStore,
+    running: Policy,
+    poll: float,
+    stop: threading.Event,
+    loop_stop: threading.Event,
+    hangup: asyncio.Event,
+) -> None:
+    """Stop this generation of the loop when asked to (``stop``) or when a policy arrives that changes
+    what the annotator does (``store.current`` then differs from ``running``). A policy that changes only
+    what the extender uses is taken without a restart; a refused one leaves everything as it is."""
+    tick = 0.25
+    waited = 0.0
+    while not loop_stop.is_set():
+        if stop.is_set():
+            break
+        if hangup.is_set() or (poll and waited >= poll):
+            changed = store.reload("SIGHUP") if hangup.is_set() else store.reload_if_changed()
+            hangup.clear()
+            waited = 0.0
+            if changed and _what_the_annotator_uses(store.current) != _what_the_annotator_uses(running):
+                break
+            if changed:
+                log.info("the policy change concerns only the extender: the annotator carries on")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(hangup.wait(), tick)
+        waited += tick
+    loop_stop.set()
 
 
 async def _serve_with(
@@ -265,8 +362,14 @@ async def _serve_with(
     kube: Kube,
     identity: str,
     stop: threading.Event,
+    metrics: AnnotatorMetrics,
+    store: PolicyStore,
+    probes: Probes,
 ) -> int:
-    metrics = AnnotatorMetrics()
+    """Run the loop on ``policy`` until ``stop`` or until a policy change needs a fresh start: the
+    watches, the Lease and the health server end here and begin again with the new policy."""
+    loop_stop = threading.Event()
+    """Ends this generation: set on ``stop`` and on a policy change the annotator must act on."""
     index = NodeIndex([*policy.metrics, HOT_VALUE_KEY])
     records = _records(policy, args)
     params = {"labelSelector": args.node_selector} if args.node_selector else {}
@@ -289,7 +392,7 @@ async def _serve_with(
         return all(r.synced.is_set() for r in reflectors)
 
     def may_write() -> bool:
-        return not stop.is_set() and (elector is None or elector.is_leader())
+        return not stop.is_set() and not loop_stop.is_set() and (elector is None or elector.is_leader())
 
     beat = [time.monotonic()]
 
@@ -303,33 +406,24 @@ async def _serve_with(
         waiting = [r.name for r in reflectors if not r.synced.is_set()]
         if waiting:
             return False, "waiting for the first list of " + ", ".join(waiting)
+        if store.failure is not None:
+            return False, f"policy reload refused, still running the previous policy: {store.failure.error}"
         return True, "ok"
 
-    server = None
-    if args.metrics_port:
-        try:
-            server = HealthServer(
-                args.metrics_address, args.metrics_port, metrics.registry, healthy=healthy, ready=ready
-            ).start()
-        except OSError as exc:
-            log.error(
-                "cannot serve health and metrics on %s:%d: %s", args.metrics_address, args.metrics_port, exc
-            )
-            return 1
-        log.info(
-            "health and metrics on http://%s:%d (/healthz, /readyz, /metrics)",
-            args.metrics_address,
-            server.port,
-        )
+    probes.healthy, probes.ready = healthy, ready
 
     annotator = _annotator(args, policy, client, index, kube, records, metrics, may_write)
     schedule = Schedule(policy.sync_periods, args.hot_value_interval)
     loop = asyncio.get_running_loop()
+    hangup = asyncio.Event()
     handled: list[int] = []
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _on_signal, signum, stop)
             handled.append(signum)
+        loop.add_signal_handler(signal.SIGHUP, hangup.set)
+        handled.append(signal.SIGHUP)
+    watcher = asyncio.create_task(_watch_policy(store, policy, args.policy_poll, stop, loop_stop, hangup))
     try:
         for r in reflectors:
             r.start()
@@ -346,11 +440,13 @@ async def _serve_with(
         await run_loop(
             annotator,
             schedule,
-            stop=stop,
+            stop=loop_stop,
             is_leader=lambda: synced() and may_write(),
             heartbeat=lambda: beat.__setitem__(0, time.monotonic()),
         )
     finally:
+        loop_stop.set()
+        await watcher
         for signum in handled:
             loop.remove_signal_handler(signum)
         if elector is not None:
@@ -358,9 +454,7 @@ async def _serve_with(
         for r in reflectors:
             r.stop()
         annotator.close()
-        if server is not None:
-            server.close()
-    log.info("annotator stopped")
+    log.info("annotator stopped" if stop.is_set() else "annotation loop stopped for the new policy")
     return 0
 
 

@@ -308,3 +308,76 @@ def test_sigterm_steps_down_and_releases(
     assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
     sample = parse_sample(annotations(fake_kube, "n1")["cpu_usage_avg_5m"])
     assert sample is not None
+
+
+CPU_ONLY_POLICY = """\
+apiVersion: scheduler.policy.crane.io/v1alpha1
+kind: DynamicSchedulerPolicy
+spec:
+  syncPolicy:
+    - {name: cpu_usage_avg_5m, period: 2s}
+"""
+
+
+def test_a_changed_policy_file_is_taken_and_a_broken_one_refused(
+    prom: PrometheusServer, fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    for name, ip in NODES.items():
+        add_node(fake_kube, name, ip)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(CPU_ONLY_POLICY)
+    port = free_port()
+    args = run_args(
+        prom.url,
+        kubeconfig,
+        policy,
+        "--metrics-port",
+        str(port),
+        "--identity",
+        "solo",
+        "--policy-poll",
+        "200ms",
+    )
+    replica = Replica(args).start()
+    try:
+        assert wait_until(lambda: all("cpu_usage_avg_5m" in annotations(fake_kube, n) for n in NODES))
+        assert not any("mem_usage_avg_5m" in annotations(fake_kube, n) for n in NODES)
+
+        # A new metric in the file (as a ConfigMap update delivers it): the loop restarts with it.
+        policy.write_text(FAST_POLICY)
+        assert wait_until(lambda: all(load_written(fake_kube, n) for n in NODES), timeout=20)
+        assert wait_until(lambda: scrape(port, "/readyz").status_code == 200)
+        text = scrape(port, "/metrics").text
+        assert metric_value(text, 'ballast_annotator_policy_reloads_total{result="ok"}') == 1
+        assert holder(fake_kube) == "solo"
+
+        # A change only the extender uses (a predicate): taken without restarting the loop.
+        acquired = 'ballast_annotator_leadership_changes_total{event="acquired"}'
+        leaderships = metric_value(text, acquired)
+        policy.write_text(FAST_POLICY + "  predicate:\n    - {name: cpu_usage_avg_5m, maxLimitPecent: 0.5}\n")
+        assert wait_until(
+            lambda: (
+                metric_value(
+                    scrape(port, "/metrics").text, 'ballast_annotator_policy_reloads_total{result="ok"}'
+                )
+                == 2
+            )
+        )
+        time.sleep(1)
+        assert metric_value(scrape(port, "/metrics").text, acquired) == leaderships
+
+        # A broken file is refused: the annotator keeps running the last good policy and says so.
+        policy.write_text("spec:\n  syncPolicy:\n    - {name: cpu_usage_avg_5m, period: -3s}\n")
+        assert wait_until(lambda: scrape(port, "/readyz").status_code == 503)
+        body = scrape(port, "/readyz").text
+        assert "policy reload refused" in body and "period" in body
+        text = scrape(port, "/metrics").text
+        assert metric_value(text, 'ballast_annotator_policy_reloads_total{result="error"}') == 1
+        assert metric_value(text, "ballast_annotator_policy_last_reload_ok ") == 0
+        mem_queries = 'ballast_annotator_prometheus_queries_total{metric="mem_usage_avg_5m",result="ok"}'
+        before = metric_value(text, mem_queries)
+        assert wait_until(lambda: metric_value(scrape(port, "/metrics").text, mem_queries) > before), (
+            "the last good policy (with mem_usage_avg_5m) stopped running"
+        )
+    finally:
+        assert replica.shutdown() == 0

@@ -24,21 +24,19 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _duration(text: str) -> float:
+def _duration_or_off(text: str) -> float:
+    """A duration; zero (in any unit) means off."""
     try:
-        seconds = parse_duration(text)
+        return parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _duration(text: str) -> float:
+    seconds = _duration_or_off(text)
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
     return seconds
-
-
-def _duration_or_off(text: str) -> float:
-    """A duration, or 0 for off."""
-    if text.strip() in ("0", "0s"):
-        return 0.0
-    return _duration(text)
 
 
 def _port(text: str) -> int:

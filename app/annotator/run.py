@@ -11,8 +11,9 @@ Lease is released so the other replica takes over at once.
 
 Policy changes (the file changed, or SIGHUP): a file that does not load is refused, the running policy
 kept and ``/readyz`` says why. A new policy that changes the metrics, their periods or the hot-value
-windows ends this generation of the loop (watches, Lease, health server) and starts the next with it:
-rare enough that a clean start beats rewiring each part; the Lease passes to the other replica meanwhile.
+windows ends this generation of the loop (watches, Lease) and starts the next with it: rare enough that
+a clean start beats rewiring each part; the Lease passes to the other replica meanwhile. The health
+server and the metrics outlive generations.
 """
 
 from __future__ import annotations
@@ -367,7 +368,8 @@ async def _serve_with(
     probes: Probes,
 ) -> int:
     """Run the loop on ``policy`` until ``stop`` or until a policy change needs a fresh start: the
-    watches, the Lease and the health server end here and begin again with the new policy."""
+    watches and the Lease end here and begin again with the new policy; ``probes`` get this
+    generation's checks."""
     loop_stop = threading.Event()
     """Ends this generation: set on ``stop`` and on a policy change the annotator must act on."""
     index = NodeIndex([*policy.metrics, HOT_VALUE_KEY])

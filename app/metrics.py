@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from app.policy_store import policy_reload_metrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -46,15 +48,4 @@ class ExtenderMetrics:
             "Node names the cache did not know (they pass, scored 0).",
             registry=r,
         )
-        self.policy_reloads = Counter(
-            "ballast_policy_reloads",
-            "Policy reload attempts by result (ok, error, unchanged).",
-            ["result"],
-            registry=r,
-        )
-        self.policy_ok = Gauge(
-            "ballast_policy_last_reload_ok",
-            "1 when the last policy load succeeded, 0 when it was refused.",
-            registry=r,
-        )
-        self.policy_ok.set(1)
+        self.policy_reloads, self.policy_ok = policy_reload_metrics("ballast", r)

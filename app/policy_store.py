@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
 from app.policy import Policy, PolicyError, load_policy
 
 log = logging.getLogger("ballast.policy")
@@ -32,6 +34,24 @@ class PolicyMetrics(Protocol):
 
     policy_reloads: Any
     policy_ok: Any
+
+
+def policy_reload_metrics(prefix: str, registry: CollectorRegistry) -> tuple[Counter, Gauge]:
+    """``{prefix}_policy_reloads_total{result}`` and ``{prefix}_policy_last_reload_ok``, for a program that
+    keeps its policy in a ``PolicyStore``."""
+    reloads = Counter(
+        f"{prefix}_policy_reloads",
+        "Policy file reloads by result: ok (now in use) or error (refused, the running policy kept).",
+        ["result"],
+        registry=registry,
+    )
+    ok = Gauge(
+        f"{prefix}_policy_last_reload_ok",
+        "1 when the last policy load succeeded, 0 when it was refused.",
+        registry=registry,
+    )
+    ok.set(1)
+    return reloads, ok
 
 
 class PolicyStore:

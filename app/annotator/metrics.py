@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from app.policy_store import policy_reload_metrics
+
 __all__ = ["AnnotatorMetrics"]
 
 CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
@@ -97,18 +99,7 @@ class AnnotatorMetrics:
             "1 while this replica holds the Lease (or runs without leader election), else 0.",
             registry=r,
         )
-        self.policy_reloads = Counter(
-            "ballast_annotator_policy_reloads",
-            "Policy file reloads by result: ok (now in use) or error (refused, the running policy kept).",
-            ["result"],
-            registry=r,
-        )
-        self.policy_ok = Gauge(
-            "ballast_annotator_policy_last_reload_ok",
-            "1 when the last policy load succeeded, 0 when it was refused.",
-            registry=r,
-        )
-        self.policy_ok.set(1)
+        self.policy_reloads, self.policy_ok = policy_reload_metrics("ballast_annotator", r)
         self.lease_transitions = Counter(
             "ballast_annotator_leadership_changes",
             "Times this replica started or stopped leading, by event (acquired, lost, released).",

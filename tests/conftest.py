@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +16,19 @@ from app.policy import Policy, load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY_FILE = ROOT / "scheduler_config" / "policy.yaml"
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 5.0, what: str = "condition", interval: float = 0.01
+) -> Any:
+    """Poll ``condition`` until it is truthy and return its value; fail naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def _fixtures_dir() -> Path:

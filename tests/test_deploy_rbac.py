@@ -25,6 +25,7 @@ from app.main import create_app
 from app.policy import load_policy
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.annotator.helpers import StubPrometheus, bind_pod, constant_prometheus
+from tests.conftest import wait_for
 from tests.deploy_rbac import (
     DEPLOY,
     ApiCall,
@@ -83,16 +84,6 @@ def policy_file(tmp_path: Path) -> Path:
     path = tmp_path / "policy.yaml"
     path.write_text(cm["data"]["policy.yaml"])
     return path
-
-
-def wait_until(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def explain(result: Audit) -> str:
@@ -291,7 +282,7 @@ def run_annotator_until(args: Any, done: Callable[[], bool]) -> None:
     thread = threading.Thread(target=lambda: codes.append(run(args, stop=stop)), daemon=True)
     thread.start()
     try:
-        wait_until(done, what="the annotator to annotate")
+        wait_for(done, timeout=10.0, what="the annotator to annotate", interval=0.02)
     finally:
         stop.set()
         thread.join(15)
@@ -389,7 +380,7 @@ def run_agent_until(args: Any, done: Callable[[], Any]) -> None:
     )
     thread.start()
     try:
-        wait_until(done, what="the agent")
+        wait_for(done, timeout=10.0, what="the agent", interval=0.02)
     finally:
         stop.set()
         thread.join(15)

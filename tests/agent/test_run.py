@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from agent.nrt import AWARENESS_LABEL, CPU_MANAGER_DISABLED_ATTRIBUTE
 from agent.run import NODE_NAME_MISSING, HealthServer, run
 from app.kube import MERGE_PATCH
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
+from tests.conftest import wait_for
 from tests.fakekube import FakeKube, make_node
 
 NODE = "worker-1"
@@ -35,16 +36,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ballast")
     register(p.add_subparsers(dest="command", required=True))
     return p.parse_args(["agent", *argv])
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def free_port() -> int:

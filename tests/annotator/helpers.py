@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -114,11 +113,6 @@ class StubPrometheus:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[Self]:
-        with self:
-            yield self
 
 
 class FailingPrometheus(StubPrometheus):

@@ -136,7 +136,7 @@ def test_once_with_leader_election_waits_for_a_held_lease(
         "--retry-period",
         "200ms",
     )
-    with FailingPrometheus().running() as prom:
+    with FailingPrometheus() as prom:
         assert run(once_args(prom.url, kubeconfig, *extra)) == 1
     assert "held by the-leader" in caplog.text
     assert [r for r in fake_kube.requests if r.method == "PATCH"] == []
@@ -147,7 +147,7 @@ def test_once_with_leader_election_acquires_and_releases(fake_kube: FakeKube, ku
     now = time.time()
     for i in range(2):
         bind_pod(fake_kube, f"p{i}", "n1", now - 5)
-    with FailingPrometheus().running() as prom:
+    with FailingPrometheus() as prom:
         code = run(once_args(prom.url, kubeconfig, "--leader-elect", "--identity", "cron"))
     assert code == 1  # the queries failed
     assert annotations(fake_kube, "n1")[HOT_VALUE_KEY].startswith("1,")  # floor(2/5) + floor(2/2)
@@ -162,7 +162,7 @@ def test_once_node_selector(fake_kube: FakeKube, kubeconfig: Path) -> None:
         fake_kube.patch("nodes", name, {"metadata": {"labels": {"pool": pool}}})
         for i in range(2):
             bind_pod(fake_kube, f"{name}-p{i}", name, time.time() - 5)
-    with FailingPrometheus().running() as prom:
+    with FailingPrometheus() as prom:
         run(once_args(prom.url, kubeconfig, "--node-selector", "pool=workers"))
     assert HOT_VALUE_KEY in annotations(fake_kube, "w1")
     assert HOT_VALUE_KEY not in annotations(fake_kube, "x1")
@@ -180,7 +180,7 @@ def test_once_bindings_from_scheduled_events(fake_kube: FakeKube, kubeconfig: Pa
         fake_kube.add(ev)
     other = make_event("web-9.18", reason="Pulled", message="Successfully pulled image")
     fake_kube.add(other)
-    with FailingPrometheus().running() as prom:
+    with FailingPrometheus() as prom:
         run(once_args(prom.url, kubeconfig, "--binding-source", "events"))
     assert annotations(fake_kube, "n1")[HOT_VALUE_KEY].startswith("2,")  # floor(4/5) + floor(4/2)
     (events_list,) = [r for r in fake_kube.requests if r.path == "/api/v1/events"]
@@ -189,6 +189,6 @@ def test_once_bindings_from_scheduled_events(fake_kube: FakeKube, kubeconfig: Pa
 
 def test_httpx_request_logs_stay_quiet(fake_kube: FakeKube, kubeconfig: Path, caplog) -> None:
     add_node(fake_kube, "n1", "10.0.0.1")
-    with FailingPrometheus().running() as prom, caplog.at_level(logging.INFO):
+    with FailingPrometheus() as prom, caplog.at_level(logging.INFO):
         run(once_args(prom.url, kubeconfig))
     assert not [r for r in caplog.records if r.name == "httpx" and r.levelno < logging.WARNING]

@@ -161,7 +161,7 @@ def test_prometheus_errors_leave_annotations_intact(
 ) -> None:
     written = {m: format_load(0.42, time.time() - 30) for m in METRICS}
     add_node(fake_kube, "n1", "10.2.0.1", written)
-    with FailingPrometheus().running() as broken, caplog.at_level(logging.WARNING):
+    with FailingPrometheus() as broken, caplog.at_level(logging.WARNING):
         assert once(broken.url, kubeconfig) == 1  # --once reports the failure
     assert annotations(fake_kube, "n1") == written
     assert node_patches(fake_kube) == []

@@ -60,8 +60,6 @@ class Extender:
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self.board: VerdictBoard | None = None
-        """Rejection reasons of tight nodes by (node, pod cpu, pod memory, second): a burst of equal replicas
-        is judged once per node per second. Valid only while the node's standing verdict is the same."""
         self._numa_seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
         """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
         self._rejected_children: dict[str, Any] = {}
@@ -266,10 +264,10 @@ class Extender:
         # entries meanwhile: read each once, and whatever is gone is worked out again).
         memo = board.memo(cpu, mem, round(now))
         generation = board.generation
-        known = memo.failed.keys() & checked
+        entries = memo.failed
+        known = entries.keys() & checked
         if special:
             known -= special
-        entries = memo.failed
         hits = {name: e for name in known if (e := entries.get(name)) is not None}
         failed = {name: e[0] for name, e in hits.items()}
         rejected_by = Counter(e[1] for e in hits.values())
@@ -443,12 +441,10 @@ class Extender:
             if self.ledger is not None and names and not pod.daemonset:
                 self.ledger.hold(pod, names[values.index(max(values))], now)
             return b"[" + b",".join(parts) + b"]"
-        elif exact:
+        if exact:
             for i, name in enumerate(names):
                 if name in exact:
                     values[i] = self._exact_score(lookup, name, pod, policy, now)
-        if None in values:
-            values = [0 if v is None else v for v in values]
         out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
         if self._numa_scores(pod_obj, pod, out):
             values = [e["Score"] for e in out]

@@ -122,7 +122,9 @@ def test_board_filter_and_prioritize_equal_exact_path(specs, pods, changes) -> N
         args = ExtenderArgs(pod, None, names)
         for _ in range(2):
             assert fast.filter(args) == slow.filter(args)
-            assert decoded(fast.prioritize(args, encoded=True)) == slow.prioritize(args)
+            expected = slow.prioritize(args)
+            assert decoded(fast.prioritize(args, encoded=True)) == expected
+            assert fast.prioritize(args) == expected  # the board's unencoded path (names it lacks too)
         if i < len(changes):
             index, spec = changes[i]
             name = f"n{index % len(specs)}"

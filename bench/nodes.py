@@ -17,6 +17,10 @@ from typing import Any
 from app.annotations import format_hot_value, format_load
 
 ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_REQUEST = (
+    ROOT / "tests" / "fixtures" / "kube-scheduler" / "full-nodes" / "01-filter-burstable-checkout-api.json"
+)
+"""A real whole-node filter request (kube-scheduler v1.36.2): its nodes and pod are the templates."""
 METRICS = (
     "cpu_usage_avg_5m",
     "cpu_usage_max_avg_1h",
@@ -28,14 +32,10 @@ METRICS = (
 
 
 def _templates() -> list[dict[str, Any]]:
-    for base in (ROOT.parent / "shared" / "fixtures" / "extender", ROOT / "tests" / "fixtures" / "extender"):
-        f = base / "full-nodes" / "01-filter-burstable-checkout-api.json"
-        if f.exists():
-            nodes = json.loads(f.read_text())["Nodes"]["items"]
-            for n in nodes:
-                n["metadata"].pop("managedFields", None)
-            return nodes
-    raise RuntimeError("fixture nodes not found (../shared/fixtures/extender)")
+    nodes = json.loads(SAMPLE_REQUEST.read_text())["Nodes"]["items"]
+    for n in nodes:
+        n["metadata"].pop("managedFields", None)
+    return nodes
 
 
 def make_nodes(
@@ -71,8 +71,4 @@ def make_nodes(
 
 
 def pod() -> dict[str, Any]:
-    for base in (ROOT.parent / "shared" / "fixtures" / "extender", ROOT / "tests" / "fixtures" / "extender"):
-        f = base / "full-nodes" / "01-filter-burstable-checkout-api.json"
-        if f.exists():
-            return json.loads(f.read_text())["Pod"]
-    raise RuntimeError("fixture pod not found")
+    return json.loads(SAMPLE_REQUEST.read_text())["Pod"]

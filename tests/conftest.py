@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -31,21 +30,8 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def _fixtures_dir() -> Path:
-    """The captured requests live in ``shared/fixtures/extender`` beside the clone (CI has it there)."""
-    env = os.environ.get("BALLAST_FIXTURES")
-    candidates = [Path(env)] if env else []
-    candidates += [ROOT.parent / "shared" / "fixtures" / "extender", ROOT / "tests" / "fixtures" / "extender"]
-    for c in candidates:
-        if c.is_dir():
-            return c
-    raise RuntimeError(
-        "kube-scheduler request fixtures not found: expected ../shared/fixtures/extender beside the clone "
-        "or BALLAST_FIXTURES pointing at them"
-    )
-
-
-FIXTURES = _fixtures_dir()
+FIXTURES = ROOT / "tests" / "fixtures" / "kube-scheduler"
+"""Request bodies a real kube-scheduler v1.36.2 sent to an extender (see the README beside them)."""
 CAPTURE_TIME = datetime(2026, 11, 22, 7, 39, 30, tzinfo=UTC).timestamp()
 """The fixtures were captured between 07:38 and 07:40 UTC; their annotations are fresh at this time."""
 

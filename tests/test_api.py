@@ -214,3 +214,15 @@ def test_reload_keeps_last_good_policy(tmp_path: Path) -> None:
         failed = c.post("/filter", json=body).json()["FailedNodes"]
         assert failed[HOT_NODE].startswith("load cpu_usage_max_avg_1h")
         assert c.get("/policy").json()["generation"] == 2
+
+
+def test_captured_requests_ship_with_the_repo() -> None:
+    """A clone on its own must carry the kube-scheduler requests its tests replay (nothing from outside)."""
+    from tests.conftest import FIXTURES, ROOT, fixture_files
+
+    assert FIXTURES.is_relative_to(ROOT)
+    files = fixture_files()
+    assert len(fixture_files("full-nodes")) >= 10 and len(fixture_files("node-names")) >= 10
+    for f in files:
+        body = json.loads(f.read_text())
+        assert "Pod" in body or "PodName" in body, f.name

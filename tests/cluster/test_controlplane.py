@@ -1,0 +1,29 @@
+"""The harness itself: the real kube-scheduler binds pods to API-only nodes, and restarts cleanly."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cluster.controlplane import ControlPlane, bound_pods, create_nodes, node_body, pod_body, wait_bound
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_default_scheduler_binds_pods_and_respects_allocatable(cluster: ControlPlane) -> None:
+    core = cluster.core()
+    create_nodes(core, [node_body("small", cpu="1"), node_body("big", cpu="4")])
+    cluster.start_scheduler({"profiles": [{"schedulerName": "default-scheduler"}]})
+    core.create_namespaced_pod("default", pod_body("needs-two", requests={"cpu": "2"}))
+    assert wait_bound(core, ["needs-two"]) == {"needs-two": "big"}
+    assert "big" in cluster.kubectl("get", "pod", "needs-two", "-o", "jsonpath={.spec.nodeName}")
+
+
+def test_a_pod_waits_while_no_scheduler_runs_and_binds_after_a_restart(cluster: ControlPlane) -> None:
+    core = cluster.core()
+    create_nodes(core, [node_body("only")])
+    cluster.start_scheduler({"profiles": [{"schedulerName": "default-scheduler"}]})
+    cluster.stop_scheduler()
+    core.create_namespaced_pod("default", pod_body("late"))
+    assert bound_pods(core) == {}
+    cluster.start_scheduler({"profiles": [{"schedulerName": "default-scheduler"}]})
+    assert wait_bound(core, ["late"]) == {"late": "only"}

@@ -19,6 +19,13 @@ HOT_VALUE_VALID_SECONDS = 300.0
 EXTRA_ACTIVE_SECONDS = 300.0
 """crane's ExtraActivePeriod: a metric counts until ``timestamp + sync period + 5m``."""
 
+MAX_LOAD_RATIO = 10.0
+"""A usage ratio above this (1000 % of allocatable) is a broken writer, not a measurement."""
+MAX_HOT_VALUE = 10_000.0
+"""A hot value counts recently placed pods; 10 already takes the whole score, 10 000 is no count at all."""
+MAX_FUTURE_SECONDS = 300.0
+"""Clock skew allowed between the writer and the extender; a stamp further ahead would stay fresh forever."""
+
 # crane's legacy layout "2006-01-02T15:04:05Z": a literal Z after a local wall-clock time.
 _LEGACY = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
@@ -80,6 +87,41 @@ def parse_sample(raw: object, legacy_zone: tzinfo | None = None) -> Sample | Non
     if ts is None:
         return None
     return Sample(value, ts)
+
+
+def read_sample(
+    raw: object, legacy_zone: tzinfo | None, now: float, cap: float
+) -> tuple[Sample | None, str | None]:
+    """Parse one annotation for the extender: ``(sample, None)``, ``(None, None)`` when it is absent, or
+    ``(None, reason)`` when it is there but cannot be a measurement.
+
+    A bad value is "no information" for that node and metric only; the reason is kept so ``/nodes`` can
+    show it and the extender can count it. ``cap`` is the largest sane value (``MAX_LOAD_RATIO`` or
+    ``MAX_HOT_VALUE``): anything the score and filter arithmetic cannot take safely is refused here.
+    """
+    if raw is None:
+        return None, None
+    if not isinstance(raw, str):
+        return None, f"expected a string, got {type(raw).__name__}"
+    value_text, sep, stamp = raw.partition(",")
+    if not sep:
+        return None, 'expected "<value>,<timestamp>"'
+    try:
+        value = float(value_text)
+    except ValueError:
+        return None, f"value {value_text[:40]!r} is not a number"
+    if not math.isfinite(value):
+        return None, f"value {value_text[:40]!r} is not a finite number"
+    if value < 0:
+        return None, f"value {value:g} is negative"
+    if value > cap:
+        return None, f"value {value:g} is above the sane maximum {cap:g}"
+    ts = parse_timestamp(stamp, legacy_zone)
+    if ts is None:
+        return None, f"timestamp {stamp[:40]!r} is not RFC 3339 with an offset"
+    if ts > now + MAX_FUTURE_SECONDS:
+        return None, f"timestamp {stamp[:40]!r} is more than {MAX_FUTURE_SECONDS:g}s in the future"
+    return Sample(value, ts), None
 
 
 def format_timestamp(when: float) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -52,18 +52,24 @@ class PodRecord:
     scheduler: str
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
 def _slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep only what parsing needs, so a policy change can reparse without holding whole nodes."""
-    meta = node.get("metadata") or {}
-    status = node.get("status") or {}
+    """Keep only what parsing needs, so a policy change can reparse without holding whole nodes. A field
+    of the wrong type counts as absent (the API server would never send one, but a cache must not fail)."""
+    meta = _mapping(node.get("metadata"))
+    status = _mapping(node.get("status"))
+    name = meta.get("name")
     return {
         "metadata": {
-            "name": meta.get("name"),
+            "name": name if isinstance(name, str) else None,
             "resourceVersion": meta.get("resourceVersion"),
-            "annotations": dict(meta.get("annotations") or {}),
-            "labels": dict(meta.get("labels") or {}),
+            "annotations": _mapping(meta.get("annotations")),
+            "labels": _mapping(meta.get("labels")),
         },
-        "status": {"allocatable": dict(status.get("allocatable") or {})},
+        "status": {"allocatable": _mapping(status.get("allocatable"))},
     }
 
 
@@ -108,6 +114,18 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     )
 
 
+def _each(what: str, objects: Iterable[Any], build: Callable[[Any], Any]) -> Iterator[Any]:
+    """``build(obj)`` for every object of a list; one that raises is logged and left out, so a single bad
+    object cannot fail a relist (which would retry forever and leave the cache empty)."""
+    for obj in objects:
+        try:
+            yield build(obj)
+        except Exception:
+            meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            log.exception("%s: could not read %r from a list; left out", what, name)
+
+
 class _Nodes:
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
@@ -116,12 +134,11 @@ class _Nodes:
         policy = self.cache.store.current
         raw = {}
         loads = {}
-        for obj in objects:
-            slim = _slim_node(obj)
+        for slim, load in _each("nodes", objects, lambda obj: self._read(obj, policy)):
             name = slim["metadata"]["name"]
             if name:
                 raw[name] = slim
-                loads[name] = parse_node(slim, policy)
+                loads[name] = load
         with self.cache.lock:
             self.cache.raw_nodes = raw
             self.cache.nodes = loads
@@ -130,7 +147,7 @@ class _Nodes:
             cb("REPLACE", None)
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name")
+        name = _slim_node(obj)["metadata"]["name"]
         if not name:
             return
         if event_type == "DELETED":
@@ -138,8 +155,7 @@ class _Nodes:
                 self.cache.raw_nodes.pop(name, None)
                 self.cache.nodes.pop(name, None)
         else:
-            slim = _slim_node(obj)
-            load = parse_node(slim, self.cache.store.current)
+            slim, load = self._read(obj, self.cache.store.current)
             with self.cache.lock:
                 self.cache.raw_nodes[name] = slim
                 self.cache.nodes[name] = load
@@ -147,13 +163,17 @@ class _Nodes:
         for cb in self.cache.node_listeners:
             cb(event_type, obj)
 
+    def _read(self, obj: Mapping[str, Any], policy: Any) -> tuple[dict[str, Any], NodeLoad]:
+        slim = _slim_node(obj)
+        return slim, self.cache.parse(slim, policy)
+
 
 class _Pods:
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
 
     def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
-        records = {r.uid: r for obj in objects if (r := pod_record(obj)) is not None}
+        records = {r.uid: r for r in _each("pods", objects, pod_record) if r is not None}
         with self.cache.lock:
             gone = set(self.cache.pods) - set(records)
             old = self.cache.pods
@@ -211,7 +231,7 @@ class _Topologies:
         self.cache = cache
 
     def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
-        topos = {t.node: t for obj in objects if (t := parse_nrt(obj)) is not None}
+        topos = {t.node: t for t in _each("noderesourcetopologies", objects, parse_nrt) if t is not None}
         with self.cache.lock:
             self.cache.topologies = topos
             self.cache.usage.clear()
@@ -243,8 +263,11 @@ class ClusterCache:
         resync_seconds: float = 300.0,
         clock: Callable[[], float] = time.time,
         assume_ttl: float = 300.0,
+        on_bad: Callable[[NodeLoad], None] | None = None,
     ) -> None:
         self.kube = kube
+        self.on_bad = on_bad
+        """Called with every parsed node that has bad annotations (the extender counts them)."""
         self.store = store
         self.ledger = ledger
         self.clock = clock
@@ -373,8 +396,15 @@ class ClusterCache:
         if self.ledger is not None:
             self.ledger.forget(uid)
 
+    def parse(self, slim: Mapping[str, Any], policy: Any) -> NodeLoad:
+        """Parse a node as of now, reporting bad annotations."""
+        load = parse_node(slim, policy, self.clock())
+        if load.bad and self.on_bad is not None:
+            self.on_bad(load)
+        return load
+
     def _reparse(self, policy: Any) -> None:
         with self.lock:
-            self.nodes = {name: parse_node(slim, policy) for name, slim in self.raw_nodes.items()}
+            self.nodes = {name: self.parse(slim, policy) for name, slim in self.raw_nodes.items()}
         for cb in self.node_listeners:
             cb("REPLACE", None)

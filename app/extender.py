@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import orjson
 from cachetools import TTLCache
 
-from app.annotations import HOT_VALUE_VALID_SECONDS
+from app.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
 from app.estimation import Estimate, Ledger, estimate_usage
 from app.load import Rejection, check_node, score_node
 from app.metrics import ExtenderMetrics
@@ -103,7 +103,9 @@ class Extender:
         rv = meta.get("resourceVersion")
         load = self._parsed.get(meta["name"])
         if load is None or load.resource_version != rv or not rv:
-            load = parse_node(node, policy)
+            load = parse_node(node, policy, self.clock())
+            if load.bad:
+                self.metrics.count_bad(load)
             if len(self._parsed) > 200_000:  # bound memory if names churn without end
                 self._parsed.clear()
                 if self.request_board is not None:
@@ -590,7 +592,9 @@ def _metric_views(
         sample = load.samples.get(metric)
         valid = policy.valid_for(metric)
         view: dict[str, Any] = {"metric": metric, "resource": policy.resource_of(metric)}
-        if sample is None:
+        if sample is None and metric in load.bad:
+            view.update(state="bad", value=None, fresh=False, reason=load.bad[metric])
+        elif sample is None:
             view.update(state="missing", value=None, fresh=False)
         else:
             fresh = sample.timestamp + valid > now
@@ -622,7 +626,11 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
         "resourceVersion": load.resource_version,
         "allocatable": {"cpuMilli": load.allocatable_cpu_milli, "memoryBytes": load.allocatable_memory_bytes},
         "metrics": _metric_views(load, policy, now, filter_extra),
-        "hotValue": None
+        "hotValue": (
+            {"value": None, "fresh": False, "bad": load.bad[HOT_VALUE_KEY]}
+            if HOT_VALUE_KEY in load.bad
+            else None
+        )
         if hot is None
         else {
             "value": hot.value,

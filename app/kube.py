@@ -251,6 +251,8 @@ class ReflectorStats:
     events: int = 0
     expired: int = 0
     errors: int = 0
+    object_errors: int = 0
+    """Events whose object the handler could not take (logged; the watch went on)."""
     last_error: str = ""
 
 
@@ -376,6 +378,17 @@ class Reflector:
         self._stop.wait(delay)
         return min(self.backoff_max, backoff * 2)
 
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        """Hand one event to the handler. An object the handler cannot take is logged and counted, and
+        the watch goes on: one bad object must not stop the cache from following every other one."""
+        try:
+            self.handler.apply(kind, obj)
+        except Exception:
+            self.stats.object_errors += 1
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            log.exception("%s: could not apply %s of %r; skipped, the watch goes on", self.name, kind, name)
+
     def _watch(self, last_list: float) -> bool:
         """Watch until the stream ends; return True when a relist is needed."""
         params = dict(self.params)
@@ -402,7 +415,7 @@ class Reflector:
                     continue
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self.stats.events += 1
-                    self.handler.apply(kind, obj)
+                    self._apply(kind, obj)
                     if rv:
                         self.resource_version = str(rv)
                 if self._stop.is_set():

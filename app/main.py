@@ -95,7 +95,9 @@ def create_app(
     ledger = Ledger(policy, clock)
     cache = binder = None
     if kube is not None:
-        cache = ClusterCache(kube, store, ledger, resync_seconds=resync_seconds, clock=clock)
+        cache = ClusterCache(
+            kube, store, ledger, resync_seconds=resync_seconds, clock=clock, on_bad=metrics.count_bad
+        )
     extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
     if kube is not None:
         binder = Binder(kube, ledger, clock, pre_bind=[NumaPreBind(kube, cache, store, extender.numa_seen)])

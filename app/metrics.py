@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from app.nodestate import NodeLoad
 from app.policy_store import policy_reload_metrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -48,4 +49,16 @@ class ExtenderMetrics:
             "Node names the cache did not know (they pass, scored 0).",
             registry=r,
         )
+        self.bad_annotations = Counter(
+            "ballast_extender_bad_annotations",
+            "Node annotations present but unusable (not a number, non-finite, out of range, stamped in the "
+            "future), by metric; each is no information for that node and metric.",
+            ["metric"],
+            registry=r,
+        )
         self.policy_reloads, self.policy_ok = policy_reload_metrics("ballast", r)
+
+    def count_bad(self, load: NodeLoad) -> None:
+        """Count a parsed node's bad annotations (called once per parse, i.e. per node change)."""
+        for metric in load.bad:
+            self.bad_annotations.labels(metric).inc()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from agent.quantity import parse_bytes as memory_bytes
 from agent.quantity import parse_cpu_milli as cpu_milli
-from app.annotations import HOT_VALUE_KEY, Sample, parse_sample
+from app.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, Sample, read_sample
 from app.policy import Policy
 
 
@@ -24,6 +24,22 @@ class NodeLoad:
     allocatable_cpu_milli: int | None = None
     allocatable_memory_bytes: int | None = None
     resource_version: str | None = None
+    bad: Mapping[str, str] = field(default_factory=dict)
+    """Annotations present but unusable (metric or ``node_hot_value`` -> why): no information, in /nodes."""
+
+
+_MAX_QUANTITY = 2**53
+"""Larger allocatable values are no information: no node has them, and JSON numbers end there."""
+
+
+def _quantity(alloc: Mapping[str, object], key: str, parse) -> int | None:
+    if key not in alloc:
+        return None
+    try:
+        value = parse(alloc[key])
+    except (ValueError, ArithmeticError):
+        return None
+    return value if 0 <= value < _MAX_QUANTITY else None
 
 
 def _allocatable(node: Mapping[str, object]) -> tuple[int | None, int | None]:
@@ -31,22 +47,15 @@ def _allocatable(node: Mapping[str, object]) -> tuple[int | None, int | None]:
     alloc = status.get("allocatable") if isinstance(status, Mapping) else None
     if not isinstance(alloc, Mapping):
         return None, None
-    cpu = mem = None
-    try:
-        if "cpu" in alloc:
-            cpu = cpu_milli(alloc["cpu"])
-    except ValueError:
-        cpu = None
-    try:
-        if "memory" in alloc:
-            mem = memory_bytes(alloc["memory"])
-    except ValueError:
-        mem = None
-    return cpu, mem
+    return _quantity(alloc, "cpu", cpu_milli), _quantity(alloc, "memory", memory_bytes)
 
 
-def parse_node(node: Mapping[str, object], policy: Policy) -> NodeLoad:
-    """Build ``NodeLoad`` from a Node object (dict). Never raises on bad annotations or quantities."""
+def parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeLoad:
+    """Build ``NodeLoad`` from a Node object (dict). Never raises on bad annotations or quantities.
+
+    ``now`` is when the node arrived: a timestamp further ahead of it than the allowed clock skew is
+    refused (it would stay fresh for as long as it is ahead).
+    """
     meta = node.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     name = meta.get("name")
@@ -54,11 +63,16 @@ def parse_node(node: Mapping[str, object], policy: Policy) -> NodeLoad:
     annotations = annotations if isinstance(annotations, Mapping) else {}
     zone = policy.legacy_zone
     samples: dict[str, Sample] = {}
+    bad: dict[str, str] = {}
     for metric in policy.sync_periods:
-        raw = annotations.get(metric)
-        if raw is not None and (sample := parse_sample(raw, zone)) is not None:
+        sample, reason = read_sample(annotations.get(metric), zone, now, MAX_LOAD_RATIO)
+        if sample is not None:
             samples[metric] = sample
-    hot = parse_sample(annotations.get(HOT_VALUE_KEY), zone)
+        elif reason is not None:
+            bad[metric] = reason
+    hot, reason = read_sample(annotations.get(HOT_VALUE_KEY), zone, now, MAX_HOT_VALUE)
+    if reason is not None:
+        bad[HOT_VALUE_KEY] = reason
     cpu, mem = _allocatable(node)
     rv = meta.get("resourceVersion")
     return NodeLoad(
@@ -68,4 +82,5 @@ def parse_node(node: Mapping[str, object], policy: Policy) -> NodeLoad:
         allocatable_cpu_milli=cpu,
         allocatable_memory_bytes=mem,
         resource_version=rv if isinstance(rv, str) else None,
+        bad=bad,
     )

@@ -29,6 +29,7 @@ holds a verdict older than the node's standing one.
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import threading
 from collections.abc import Callable, Iterable
@@ -41,6 +42,8 @@ from app.estimation import Ledger
 from app.load import Rejection, check_node, score_node
 from app.nodestate import NodeLoad
 from app.policy import Policy
+
+log = logging.getLogger("ballast.verdicts")
 
 CPU_TIERS = (100, 250, 500, 1000, 2000, 4000, 8000, 16000)
 """Millicores; a pod whose estimate is below a tier skips nodes with at least that much room."""
@@ -227,7 +230,13 @@ class VerdictBoard:
                 for members in sets:
                     members.discard(name)
             return
-        d = derive(load, self._policy(), self.ledger, now)
+        try:
+            d = derive(load, self._policy(), self.ledger, now)
+        except Exception:
+            # One node the arithmetic cannot take must not poison the board (or every request that reads
+            # it): it stands as a node without information, like one whose annotations are missing.
+            log.exception("verdict board: could not judge node %s; it counts as no information", name)
+            d = derive(NodeLoad(name), self._policy(), self.ledger, now)
         self.recomputed += 1
         self.derived[name] = d
         entry = self.scored.get(name)

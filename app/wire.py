@@ -99,6 +99,13 @@ def parse_extender_args(body: bytes, require_nodes: bool = True) -> ExtenderArgs
             ann = meta.get("annotations")
             if ann is not None and not isinstance(ann, dict):
                 raise BadRequest(f"Nodes.items[{i}].metadata.annotations", "expected an object")
+            if ann and not all(map(str.__instancecheck__, ann.values())):
+                # Kubernetes annotations are strings; anything else (a list nested 1000 deep) is bad input.
+                key, value = next((k, v) for k, v in ann.items() if not isinstance(v, str))
+                raise BadRequest(
+                    f"Nodes.items[{i}].metadata.annotations.{key}",
+                    f"expected a string, got {type(value).__name__}",
+                )
         nodes = items
     names_obj = folded.get("nodenames")
     names: list[str] | None = None

@@ -57,7 +57,7 @@ def crane_raw(values: dict[str, float], policy: Policy) -> int:
     ],
 )
 def test_score_table(policy: Policy, values, hot, raw, final, score) -> None:
-    s = score_node(parse_node(node(values, hot), policy), policy, NOW)
+    s = score_node(parse_node(node(values, hot), policy, NOW), policy, NOW)
     assert (s.raw, s.final, s.score) == (raw, final, score)
     if len(values) == len(METRICS):
         assert s.raw == crane_raw(values, policy)  # identical to crane when every metric is known
@@ -65,7 +65,7 @@ def test_score_table(policy: Policy, values, hot, raw, final, score) -> None:
 
 def test_missing_metric_left_out_of_both_sums(policy: Policy) -> None:
     values = {k: v for k, v in ALL.items() if not k.endswith("_1d")}
-    s = score_node(parse_node(node(values), policy), policy, NOW)
+    s = score_node(parse_node(node(values), policy, NOW), policy, NOW)
     # (0.14 + 0.18 + 0.16 + 0.21) * 100 / (0.2 + 0.3 + 0.2 + 0.3) = 69; crane: 69 / 2.0 = 34
     assert s.raw == 69 and s.score == 7
     assert crane_raw(values, policy) == 34
@@ -75,7 +75,7 @@ def test_stale_metric_left_out(policy: Policy) -> None:
     values = dict(ALL)
     values["cpu_usage_max_avg_1d"] = (0.0, 3 * 3600 + 301)  # older than period 3h + 5m
     values["mem_usage_max_avg_1d"] = (0.0, 3 * 3600 + 299)  # still fresh
-    s = score_node(parse_node(node(values), policy), policy, NOW, explain=True)
+    s = score_node(parse_node(node(values), policy, NOW), policy, NOW, explain=True)
     fresh = {t.metric: t.fresh for t in s.terms}
     assert fresh["cpu_usage_max_avg_1d"] is False and fresh["mem_usage_max_avg_1d"] is True
     # (0.14+0.18+0.16+0.21)*100 + 1.0*0.5*100 = 119 over weight 1.5 -> 79
@@ -95,12 +95,12 @@ def test_stale_metric_left_out(policy: Policy) -> None:
     ],
 )
 def test_filter_table(policy: Policy, values, rejected_by) -> None:
-    r = check_node(parse_node(node(values), policy), policy, NOW)
+    r = check_node(parse_node(node(values), policy, NOW), policy, NOW)
     assert (r.metric if r else None) == rejected_by
 
 
 def test_rejection_reason_names_metric_value_limit_and_age(policy: Policy) -> None:
-    r = check_node(parse_node(node({"cpu_usage_avg_5m": (0.83399, 72)}), policy), policy, NOW)
+    r = check_node(parse_node(node({"cpu_usage_avg_5m": (0.83399, 72)}), policy, NOW), policy, NOW)
     assert r is not None
     assert r.reason == "load cpu_usage_avg_5m is 0.83399, above the limit 0.65 (measured 1m12s ago)"
 
@@ -112,7 +112,7 @@ def test_zero_limit_disables_predicate() -> None:
         "spec:\n  syncPolicy: [{name: cpu_usage_avg_5m, period: 3m}]\n"
         "  predicate: [{name: cpu_usage_avg_5m, maxLimitPecent: 0}]\n"
     )
-    assert check_node(parse_node(node({"cpu_usage_avg_5m": 0.99}), p), p, NOW) is None
+    assert check_node(parse_node(node({"cpu_usage_avg_5m": 0.99}), p, NOW), p, NOW) is None
 
 
 def test_malformed_annotations_never_reject(policy: Policy) -> None:
@@ -123,14 +123,14 @@ def test_malformed_annotations_never_reject(policy: Policy) -> None:
         "cpu_usage_max_avg_1h": "0.99,not-a-time",
         "node_hot_value": "lots,now",
     }
-    load = parse_node(n, policy)
+    load = parse_node(n, policy, NOW)
     assert load.samples == {} and load.hot is None
     assert check_node(load, policy, NOW) is None
     assert score_node(load, policy, NOW).score == 0
 
 
 def test_extra_estimated_usage_can_reject_and_lowers_score(policy: Policy) -> None:
-    load = parse_node(node({"cpu_usage_avg_5m": 0.60, "mem_usage_avg_5m": 0.10}), policy)
+    load = parse_node(node({"cpu_usage_avg_5m": 0.60, "mem_usage_avg_5m": 0.10}), policy, NOW)
     assert check_node(load, policy, NOW) is None
     r = check_node(load, policy, NOW, {"cpu_usage_avg_5m": 0.06})
     assert r is not None and r.metric == "cpu_usage_avg_5m" and "estimated" in r.reason

@@ -66,7 +66,7 @@ def make_load(name: str, spec: dict) -> NodeLoad:
     if spec["mem"]:
         alloc["memory"] = str(spec["mem"])
     return parse_node(
-        {"metadata": {"name": name, "annotations": ann}, "status": {"allocatable": alloc}}, POLICY
+        {"metadata": {"name": name, "annotations": ann}, "status": {"allocatable": alloc}}, POLICY, NOW
     )
 
 
@@ -165,7 +165,7 @@ def node_object(name: str, spec: dict, rv: str) -> dict:
 def test_whole_node_mode_equals_exact_path(specs, pods) -> None:
     """Whole-node requests go through the request board; verdicts, reasons and scores equal the exact path."""
     objects = [node_object(f"n{i}", s, str(i + 1)) for i, s in enumerate(specs)]
-    loads = {o["metadata"]["name"]: parse_node(o, POLICY) for o in objects}
+    loads = {o["metadata"]["name"]: parse_node(o, POLICY, NOW) for o in objects}
     fast = Extender(PolicyStore(POLICY), ExtenderMetrics(), None, Ledger(POLICY, lambda: NOW), lambda: NOW)
     slow = Extender(
         PolicyStore(POLICY), ExtenderMetrics(), Source(loads), Ledger(POLICY, lambda: NOW), lambda: NOW

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from fastapi import APIRouter, Request
 
 from app.api.responses import JSONBytes, error
 from app.api.state import services
-from app.extender import PLAIN_POD, explain, explain_node
+from app.extender import PLAIN_POD, Extender, explain, explain_node
+from app.nodestate import NodeLoad
 from app.wire import BadRequest, parse_extender_args
+
+log = logging.getLogger("ballast.api")
 
 router = APIRouter(tags=["debugging"])
 
@@ -22,12 +28,19 @@ async def nodes(request: Request) -> JSONBytes:
     ext = services(request).extender
     now = ext.clock()
     names = ext.known_names()
-    views = [
-        explain_node(ext, load, PLAIN_POD, now) for n in names if (load := ext.known_node(n)) is not None
-    ]
+    views = [_view(ext, load, now) for n in names if (load := ext.known_node(n)) is not None]
     return JSONBytes(
         {"source": "cache" if ext.source is not None else "requests", "count": len(views), "nodes": views}
     )
+
+
+def _view(ext: Extender, load: NodeLoad, now: float) -> dict[str, Any]:
+    """One node's view; a node that cannot be explained is shown with the error, never a 500 for all."""
+    try:
+        return explain_node(ext, load, PLAIN_POD, now)
+    except Exception as exc:
+        log.exception("/nodes: could not explain node %s", load.name)
+        return {"name": load.name, "error": f"{type(exc).__name__}: {exc}"}
 
 
 @router.get(

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from agent.quantity import QuantityError, parse_quantity
+from common.exclusive import CPUPolicy
 
 __all__ = [
     "CPU_POLICY_ANNOTATION",
@@ -53,15 +54,6 @@ class QOSClass(StrEnum):
     GUARANTEED = "Guaranteed"
     BURSTABLE = "Burstable"
     BEST_EFFORT = "BestEffort"
-
-
-class CPUPolicy(StrEnum):
-    """``topology.crane.io/cpu-policy`` values."""
-
-    NONE = "none"
-    EXCLUSIVE = "exclusive"
-    NUMA = "numa"
-    IMMOVABLE = "immovable"
 
 
 class ContainerKind(StrEnum):

@@ -48,6 +48,7 @@ from agent.cpuset import CPUSet
 from agent.podspec import ContainerKind, CPUPolicy, PodInfo, QOSClass
 from agent.state import POLICY_NAME, State, StateReader
 from agent.topology import CPUTopology
+from common.exclusive import decide_exclusive
 
 __all__ = [
     "Allocation",
@@ -157,47 +158,19 @@ class StaticPolicy:
             return self.default_policy
 
     def decide(self, pod: PodInfo) -> PodDecision:
-        requested = self.requested_policy(pod.cpu_policy)
-        n = pod.exclusive_cpus
-        if pod.qos is not QOSClass.GUARANTEED:
-            return PodDecision(CPUPolicy.NONE, 0, None, note=f"QoS class {pod.qos}: shared pool")
-        if n == 0:
-            return PodDecision(CPUPolicy.NONE, 0, None, note="no container with a whole-CPU request")
-        if requested is CPUPolicy.NONE:
-            return PodDecision(CPUPolicy.NONE, n, None, note="cpu-policy none")
-        zones, rejected = self._trusted_zones(pod, n)
-        return PodDecision(requested, n, zones, rejected)
-
-    def _trusted_zones(
-        self, pod: PodInfo, n: int
-    ) -> tuple[tuple[tuple[int, int], ...] | None, tuple[str, str] | None]:
-        if pod.topology_result is None and pod.topology_result_error is None:
-            return None, None
-        if pod.scheduler_name not in self.allowed_schedulers:
-            allowed = ", ".join(sorted(self.allowed_schedulers)) or "none"
-            return None, (
-                "untrusted-scheduler",
-                f"topology result ignored: the pod's schedulerName {pod.scheduler_name!r} is not one "
-                f"whose results are trusted ({allowed})",
-            )
-        if pod.topology_result_error is not None:
-            return None, ("malformed", f"topology result ignored: {pod.topology_result_error}")
-        zones = pod.topology_result or ()
-        unknown = [numa for numa, _ in zones if numa not in self._numa_cpus]
-        if unknown:
-            known = ", ".join(f"node{i}" for i in self._numa_cpus)
-            names = ", ".join(f"node{i}" for i in unknown)
-            return None, (
-                "unknown-numa",
-                f"topology result ignored: {names} not on this machine (it has {known})",
-            )
-        total = sum(k for _, k in zones)
-        if total != n:
-            return None, (
-                "cpu-mismatch",
-                f"topology result ignored: its zones hold {total} CPU(s), the pod needs {n}",
-            )
-        return zones, None
+        """The shared rule (``common.exclusive``), so the extender counts exactly the pods pinned here."""
+        d = decide_exclusive(
+            guaranteed=pod.qos is QOSClass.GUARANTEED,
+            qos=str(pod.qos),
+            exclusive_cpus=pod.exclusive_cpus,
+            requested=self.requested_policy(pod.cpu_policy),
+            scheduler_name=pod.scheduler_name,
+            allowed_schedulers=self.allowed_schedulers,
+            result=pod.topology_result,
+            result_error=pod.topology_result_error,
+            known_numa=self._numa_cpus.keys(),
+        )
+        return PodDecision(d.mode, d.exclusive_cpus, d.zones, d.rejected, d.note)
 
     # --- pools --------------------------------------------------------------------------------------
 

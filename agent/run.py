@@ -40,6 +40,7 @@ from agent.publisher import (
 )
 from agent.topology import CPUTopology, TopologyError
 from app.kube import Kube, KubeConfigError, Reflector, load_api_client
+from common.exclusive import DEFAULT_SCHEDULERS
 
 __all__ = ["CPUManagerSupervisor", "HealthServer", "run"]
 
@@ -212,7 +213,7 @@ def cpu_manager_factory(
                 reserved,
                 args.cpu_state_file,
                 runtime,
-                allowed_schedulers=args.scheduler_names or ["ballast-scheduler"],
+                allowed_schedulers=args.scheduler_names or DEFAULT_SCHEDULERS,
                 default_policy=args.default_cpu_policy,
                 node_name=node_name,
                 reconcile_period=args.cpu_manager_reconcile_period,

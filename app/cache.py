@@ -12,12 +12,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from cachetools import TTLCache
 
+from agent.podspec import PodInfo as AgentPod
+from agent.podspec import parse_pod
 from app.estimation import Ledger
 from app.kube import Kube, Reflector
 from app.nodestate import NodeLoad, parse_node
@@ -26,13 +28,14 @@ from app.numa import (
     RESULT_ANNOTATION,
     NodeTopology,
     ZoneUsage,
+    exclusive_zones,
     parse_nrt,
     result_zones,
-    takes_exclusive,
 )
 from app.podinfo import PodInfo, pod_info
 from app.policy_store import PolicyStore
 from app.wire import BadRequest
+from common.exclusive import DEFAULT_SCHEDULERS
 
 log = logging.getLogger("ballast.cache")
 
@@ -50,6 +53,10 @@ class PodRecord:
     scheduled_at: float | None
     annotations: Mapping[str, str]
     scheduler: str
+    spec: AgentPod | None = None
+    """The pod as the agent reads it (QoS, exclusive CPUs, topology result), for NUMA zone usage."""
+    result_memory: Mapping[str, int] = field(default_factory=dict)
+    """Memory per zone from the topology result (the agent's parse drops memory)."""
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -102,6 +109,7 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
             scheduled = _rfc3339(cond.get("lastTransitionTime"))
+    annotations = meta.get("annotations") or {}
     return PodRecord(
         uid=str(uid),
         namespace=str(meta.get("namespace") or ""),
@@ -109,8 +117,10 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
         node=str(spec.get("nodeName") or ""),
         info=info,
         scheduled_at=scheduled,
-        annotations=dict(meta.get("annotations") or {}),
+        annotations=dict(annotations),
         scheduler=str(spec.get("schedulerName") or ""),
+        spec=parse_pod(pod),
+        result_memory={z: m for z, _c, m in result_zones(annotations.get(RESULT_ANNOTATION)) or ()},
     )
 
 
@@ -264,7 +274,10 @@ class ClusterCache:
         clock: Callable[[], float] = time.time,
         assume_ttl: float = 300.0,
         on_bad: Callable[[NodeLoad], None] | None = None,
+        allowed_schedulers: Iterable[str] = DEFAULT_SCHEDULERS,
     ) -> None:
+        self.allowed_schedulers = frozenset(allowed_schedulers)
+        """Schedulers whose pods' topology results count against zones (the agent's --scheduler-name)."""
         self.kube = kube
         self.on_bad = on_bad
         """Called with every parsed node that has bad annotations (the extender counts them)."""
@@ -357,12 +370,14 @@ class ClusterCache:
         if usage is None:
             usage = ZoneUsage()
             seen = set()
+            topo = self.topologies.get(node)
             for r in self.pods_on(node):
-                zones = result_zones(r.annotations.get(RESULT_ANNOTATION))
+                if RESULT_ANNOTATION not in r.annotations or r.spec is None:
+                    continue
+                seen.add(r.uid)  # the pod's own result replaces what bind assumed
+                zones = exclusive_zones(r.spec, r.result_memory, topo, self.allowed_schedulers)
                 if zones is not None:
-                    seen.add(r.uid)
-                    if takes_exclusive(r.annotations):
-                        usage.add(f"{r.namespace}/{r.name}", zones)
+                    usage.add(f"{r.namespace}/{r.name}", zones)
             with self.lock:
                 self.usage[node] = usage
             for uid in seen:

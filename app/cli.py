@@ -12,6 +12,7 @@ from app import __version__
 from app.annotator import cli as annotator_cli
 from app.logs import LEVELS, setup_logging
 from app.policy import PolicyError, load_policy
+from common.exclusive import DEFAULT_SCHEDULERS
 
 log = logging.getLogger("ballast")
 
@@ -70,6 +71,14 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="timeout of one API call (keep it under the scheduler's httpTimeout so bind errors reach it)",
     )
+    p.add_argument(
+        "--scheduler-name",
+        dest="scheduler_names",
+        action="append",
+        metavar="NAME",
+        help="scheduler whose pods' topology results count against NUMA zones, as the agent's flag of the "
+        "same name; repeat for several (when not given: ballast-scheduler)",
+    )
     add_common(p)
     p.set_defaults(func=run_extender)
 
@@ -101,6 +110,7 @@ def run_extender(args: argparse.Namespace) -> int:
         policy_poll_seconds=args.policy_poll,
         kube=kube,
         resync_seconds=args.resync,
+        scheduler_names=args.scheduler_names or DEFAULT_SCHEDULERS,
     )
     log.info(
         "ballast extender %s listening on %s:%d with policy %s",

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
@@ -28,6 +28,7 @@ from app.metrics import ExtenderMetrics
 from app.numa_bind import NumaPreBind
 from app.policy import Policy
 from app.policy_store import PolicyStore
+from common.exclusive import DEFAULT_SCHEDULERS
 
 log = logging.getLogger("ballast.extender")
 
@@ -83,6 +84,7 @@ def create_app(
     resync_seconds: float = 300.0,
     background: list[Callable[[], Any]] | None = None,
     clock: Callable[[], float] = time.time,
+    scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
 ) -> FastAPI:
     """Build the extender app.
 
@@ -96,7 +98,13 @@ def create_app(
     cache = binder = None
     if kube is not None:
         cache = ClusterCache(
-            kube, store, ledger, resync_seconds=resync_seconds, clock=clock, on_bad=metrics.count_bad
+            kube,
+            store,
+            ledger,
+            resync_seconds=resync_seconds,
+            clock=clock,
+            on_bad=metrics.count_bad,
+            allowed_schedulers=scheduler_names,
         )
     extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
     if kube is not None:

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from agent.nrt import parse_go_bool
-from agent.podspec import CPUPolicy, parse_pod
+from agent.podspec import CPUPolicy, QOSClass, parse_pod
+from agent.podspec import PodInfo as AgentPod
 from agent.quantity import QuantityError, format_cpu_milli, format_quantity, parse_bytes, parse_cpu_milli
+from common.exclusive import decide_exclusive
 
 AWARENESS_ANNOTATION = "topology.crane.io/topology-awareness"
 RESULT_ANNOTATION = "topology.crane.io/topology-result"
@@ -156,10 +158,31 @@ def result_zones(text: Any) -> list[tuple[str, int, int]] | None:
     return out
 
 
-def takes_exclusive(annotations: Mapping[str, Any]) -> bool:
-    """Whether a pod's topology result holds CPUs exclusively (``exclusive``, ``immovable`` or unset)."""
-    policy = annotations.get(POLICY_ANNOTATION)
-    return policy not in (CPUPolicy.NUMA.value, CPUPolicy.NONE.value)
+def exclusive_zones(
+    pod: AgentPod, memory: Mapping[str, int], topo: NodeTopology | None, allowed_schedulers: Collection[str]
+) -> list[tuple[str, int, int]] | None:
+    """The zones a pod really holds exclusive CPUs in, by the agent's own rule (``common.exclusive``):
+    Guaranteed, whole CPUs, a pinning policy, a trusted scheduler, a result that names zones the node's
+    NRT has and holds exactly the pod's CPUs. ``None`` when it holds none. ``memory`` is per zone from
+    the result (the agent ignores memory; the extender counts it when the policy is memory-aware)."""
+    requested = CPUPolicy.EXCLUSIVE
+    with contextlib.suppress(ValueError):
+        requested = CPUPolicy(pod.cpu_policy) if pod.cpu_policy is not None else CPUPolicy.EXCLUSIVE
+    known = {z.numa for z in topo.zones} if topo is not None else ()
+    d = decide_exclusive(
+        guaranteed=pod.qos is QOSClass.GUARANTEED,
+        qos=str(pod.qos),
+        exclusive_cpus=pod.exclusive_cpus,
+        requested=requested,
+        scheduler_name=pod.scheduler_name,
+        allowed_schedulers=allowed_schedulers,
+        result=pod.topology_result,
+        result_error=pod.topology_result_error,
+        known_numa=known,
+    )
+    if not d.pins or not d.zones:
+        return None
+    return [(f"node{n}", cpus * 1000, memory.get(f"node{n}", 0)) for n, cpus in d.zones]
 
 
 @dataclass(frozen=True, slots=True)

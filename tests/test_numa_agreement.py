@@ -1,0 +1,142 @@
+"""Extender and agent agree on which pods hold exclusive CPUs in which NUMA zones (issue 12, item 2).
+
+Before, the extender counted the topology result of every pod on a node: a BestEffort pod from the default
+scheduler with ``capacity.cpu: "100000"`` made every zone show free -99 996 CPUs and blocked all
+Guaranteed pods there, while the agent ignored that pod. Both now decide through ``common.exclusive``.
+"""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.cpuset import CPUSet
+from agent.podspec import parse_pod
+from agent.policy import StaticPolicy
+from app.cache import pod_record
+from app.numa import exclusive_zones, parse_nrt
+from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
+from tests.conftest import wait_for
+from tests.fakekube import make_nrt
+from tests.test_numa import N1, guaranteed, numa, zones  # noqa: F401 (numa is a fixture)
+
+TRUSTED = "ballast-scheduler"
+RESULT = "topology.crane.io/topology-result"
+
+
+def forged(name: str) -> dict:
+    """A BestEffort pod from the default scheduler whose result claims 100 000 CPUs in every zone."""
+    result = [
+        {"name": f"node{i}", "type": "Node", "resources": {"capacity": {"cpu": "100000"}}} for i in (0, 1)
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "shop",
+            "annotations": {RESULT: orjson.dumps(result).decode()},
+        },
+        "spec": {"nodeName": N1, "containers": [{"name": "app", "image": "x"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_pod_the_agent_ignores_takes_nothing_from_a_zone(numa, fake_kube) -> None:  # noqa: F811
+    client, app = numa
+    cache = app.state.services.cache
+    fake_kube.add(forged("forger"))
+    wait_for(lambda: cache.pods_on(N1), what="the forged pod in the cache")
+    usage = cache.zone_usage(N1)
+    assert usage.cpu_milli.get("node0", 0) == 0 and usage.cpu_milli.get("node1", 0) == 0
+    r = client.post("/filter", json={"Pod": guaranteed("g", 4), "NodeNames": [N1]}).json()
+    assert r["NodeNames"] == [N1], r["FailedNodes"]
+    zones_view = client.get(f"/nodes/{N1}").json()["numa"]["zones"]
+    assert [z["freeCpuMilli"] for z in zones_view] == [8000, 8000]
+
+
+# -- the property: same pods, same verdict ------------------------------------------------------------
+
+NRT = parse_nrt(make_nrt(N1, zones=zones(6, 6)))  # DUAL_SOCKET_HT: 12 CPUs, NUMA 0 and 1
+AGENT = StaticPolicy(DUAL_SOCKET_HT, CPUSet.of(0, 6), allowed_schedulers=[TRUSTED])
+
+quantity = st.sampled_from(["1", "2", "3", "4", "500m", "1500m", "2.5", "0", "-1", "100000", "x", "1e3"])
+resources = st.fixed_dictionaries(
+    {},
+    optional={
+        "requests": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantity | st.just("1Gi")),
+        "limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantity | st.just("1Gi")),
+    },
+)
+zone_entry = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["node0", "node1", "node2", "nodeX", "node00"]),
+        "type": st.sampled_from(["Node", "Socket"]),
+        "resources": st.fixed_dictionaries({"capacity": st.fixed_dictionaries({"cpu": quantity})}),
+    }
+)
+result_text = st.one_of(
+    st.lists(zone_entry, max_size=3).map(lambda z: orjson.dumps(z).decode()),
+    st.sampled_from(["", "[]", "not json", "{}"]),
+)
+
+
+@st.composite
+def pods(draw) -> dict:
+    same = draw(st.integers(0, 3)) > 0
+    res = draw(resources)
+    if same:  # mostly Guaranteed: requests equal to limits with cpu and memory
+        cpu = draw(st.sampled_from(["1", "2", "3", "4"]) | quantity)
+        res = {"requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}
+    annotations = {}
+    if same and draw(st.booleans()):  # a result that matches the pod's CPUs, in one zone or split
+        cpu = res["requests"]["cpu"]
+        split = draw(st.sampled_from([[("node0", cpu)], [("node1", cpu)], [("node0", "1"), ("node1", "1")]]))
+        annotations[RESULT] = orjson.dumps(
+            [{"name": z, "type": "Node", "resources": {"capacity": {"cpu": c}}} for z, c in split]
+        ).decode()
+    elif draw(st.booleans()):
+        annotations[RESULT] = draw(result_text)
+    policy = draw(st.sampled_from([None, "exclusive", "immovable", "numa", "none", "bogus"]))
+    if policy is not None:
+        annotations["topology.crane.io/cpu-policy"] = policy
+    spec = {
+        "nodeName": N1,
+        "containers": [{"name": "app", "image": "x", "resources": res}],
+    }
+    scheduler = draw(st.sampled_from([None, TRUSTED, "default-scheduler"]))
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "annotations": annotations},
+        "spec": spec,
+        "status": {"phase": "Running"},
+    }
+
+
+@given(pod=pods())
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+def test_extender_and_agent_agree_on_exclusive_zones(pod: dict) -> None:
+    decision = AGENT.decide(parse_pod(pod))
+    agent_zones = (
+        sorted((f"node{n}", cpus * 1000) for n, cpus in decision.zones)
+        if decision.pins and decision.zones
+        else None
+    )
+    record = pod_record(pod)
+    assert record is not None and record.spec is not None
+    got = exclusive_zones(record.spec, record.result_memory, NRT, frozenset([TRUSTED]))
+    extender_zones = sorted((z, cpu) for z, cpu, _mem in got) if got is not None else None
+    assert extender_zones == agent_zones
+
+
+def test_the_generator_reaches_both_verdicts() -> None:
+    """The property is only worth something if some generated pods do hold zones (and some do not)."""
+    pod = guaranteed("g", 4)
+    pod["metadata"]["annotations"][RESULT] = orjson.dumps(
+        [{"name": "node1", "type": "Node", "resources": {"capacity": {"cpu": "4"}}}]
+    ).decode()
+    held = exclusive_zones(parse_pod(pod), {}, NRT, {TRUSTED})
+    forged_pod = exclusive_zones(parse_pod(forged("f")), {}, NRT, {TRUSTED})
+    assert held == [("node1", 4000, 0)] and forged_pod is None

@@ -25,6 +25,7 @@ from app.numa_bind import MISSING
 from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
 from app.policy_store import PolicyStore
+from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
 from app.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, judge, tier
 from app.wire import BadRequest, ExtenderArgs
 
@@ -55,8 +56,10 @@ class Extender:
         self.source = source
         self.ledger = ledger
         self.clock = clock
-        self._parsed: dict[str, NodeLoad] = {}
-        """Whole-node mode: the last parse of each node by name, reused while its resourceVersion holds."""
+        self._parsed = RememberedNodes(REMEMBER_CAP, REMEMBER_SECONDS, clock)
+        """Whole-node mode: the last parse of each node by name, reused while its resourceVersion holds.
+        Bounded in time and count, so a standalone extender (and its /nodes) does not keep every node
+        ever sent."""
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self.board: VerdictBoard | None = None
@@ -88,6 +91,7 @@ class Extender:
 
     def _policy_changed(self, policy: Policy) -> None:
         self._parsed.clear()
+        self._parsed.drain_forgotten()  # the rebuild below drops them all from the board
         if self.ledger is not None:
             self.ledger.set_policy(policy)
         if self.request_board is not None:
@@ -106,13 +110,19 @@ class Extender:
             load = parse_node(node, policy, self.clock())
             if load.bad:
                 self.metrics.count_bad(load)
-            if len(self._parsed) > 200_000:  # bound memory if names churn without end
-                self._parsed.clear()
-                if self.request_board is not None:
-                    self.request_board.rebuild((), self.clock())
             self._parsed[load.name] = load
             if self.request_board is not None:
-                self.request_board.update((load.name,), self.clock())
+                # Nodes the bound pushed out leave the board too (its lookup no longer finds them).
+                self.request_board.update((*self._parsed.drain_forgotten(), load.name), self.clock())
+        return load
+
+    def _peek_object(self, node: dict[str, Any], policy: Policy) -> NodeLoad:
+        """``_from_object`` without remembering anything: what /explain reads (it must not write)."""
+        meta = node["metadata"]
+        rv = meta.get("resourceVersion")
+        load = self._parsed.get(meta["name"])
+        if load is None or load.resource_version != rv or not rv:
+            load = parse_node(node, policy, self.clock())
         return load
 
     def _from_name(self, name: str) -> NodeLoad | None:
@@ -125,7 +135,8 @@ class Extender:
         return load
 
     def known_node(self, name: str) -> NodeLoad | None:
-        """A node from the cache, else from the last whole-node request that carried it."""
+        """A node from the cache, else from a recent whole-node request that carried it (for /nodes only:
+        filter in names mode without a cache does not use these, so neither does /explain)."""
         if self.source is not None:
             return self.source.node(name)
         return self._parsed.get(name)
@@ -166,12 +177,13 @@ class Extender:
             self._seen["filter"].inc(len(args.nodes))
             loads = [self._from_object(node, policy) for node in args.nodes]
             names = [load.name for load in loads]
+            in_request = {load.name: load for load in loads}
             if pod.daemonset:
                 passing_nodes = list(args.nodes)
             else:
                 assert self.request_board is not None
                 passed, failed = self._filter_from_board(
-                    self.request_board, self._parsed.get, pod, names, incoming, policy, now
+                    self.request_board, in_request.get, pod, names, incoming, policy, now
                 )
                 if len(passed) == len(names):
                     passing_nodes = list(args.nodes)
@@ -373,10 +385,11 @@ class Extender:
         pod = pod_info(args.pod)
         if args.nodes is not None:
             self._seen["prioritize"].inc(len(args.nodes))
-            names = [self._from_object(n, policy).name for n in args.nodes]
+            in_request = {load.name: load for load in (self._from_object(n, policy) for n in args.nodes)}
+            names = [n["metadata"]["name"] for n in args.nodes]
             assert self.request_board is not None
             return self._prioritize_from_board(
-                self.request_board, self._parsed.get, args.pod, pod, names, policy, now
+                self.request_board, in_request.get, args.pod, pod, names, policy, now
             )
         names = args.node_names or []
         self._seen["prioritize"].inc(len(names))
@@ -574,12 +587,6 @@ def _minus_only(
     return out
 
 
-def hot_value(load: NodeLoad, now: float) -> float:
-    if load.hot is not None and load.hot.timestamp + HOT_VALUE_VALID_SECONDS > now:
-        return load.hot.value
-    return 0.0
-
-
 PLAIN_POD = PodInfo("", "", "", False, 0, 0, 0, 0)
 """What /nodes judges with: a pod that requests nothing (so it is estimated at the policy defaults)."""
 
@@ -635,7 +642,7 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
         else {
             "value": hot.value,
             "ageSeconds": round(now - hot.timestamp, 3),
-            "fresh": hot_value(load, now) > 0,
+            "fresh": hot.timestamp + HOT_VALUE_VALID_SECONDS > now,
         },
         "estimation": {
             "pods": [e.to_json(now) for e in estimates if e.uid != pod.uid],
@@ -696,10 +703,16 @@ def explain(
     policy = ext.store.current
     pod = pod_info(pod_obj) if pod_obj is not None else PLAIN_POD
     req = numa_request(pod_obj) if pod_obj is not None and not pod.daemonset else None
+    unknown_note = "not in the cache: no information, passes and scores 0"
     if nodes is not None:
         loads: list[tuple[str, NodeLoad | None]] = [
-            (n["metadata"]["name"], ext._from_object(n, policy)) for n in nodes
+            (n["metadata"]["name"], ext._peek_object(n, policy)) for n in nodes
         ]
+    elif ext.source is None and names is not None:
+        # What filter and prioritize answer here: no cache, so no information about any named node (nodes
+        # remembered from earlier whole-node requests may be stale, and filter does not use them either).
+        loads = [(n, None) for n in names]
+        unknown_note = "no node cache (names mode without cluster access): every node passes and scores 0"
     else:
         wanted = names if names is not None else ext.known_names()
         loads = [(n, ext.known_node(n)) for n in wanted]
@@ -713,7 +726,7 @@ def explain(
                     "known": False,
                     "filter": {"passes": True, "reason": None},
                     "score": {"score": 0},
-                    "note": "not in the cache: no information, passes and scores 0",
+                    "note": unknown_note,
                 }
             )
             continue

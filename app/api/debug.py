@@ -11,6 +11,7 @@ from app.api.responses import JSONBytes, error
 from app.api.state import services
 from app.extender import PLAIN_POD, Extender, explain, explain_node
 from app.nodestate import NodeLoad
+from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS
 from app.wire import BadRequest, parse_extender_args
 
 log = logging.getLogger("ballast.api")
@@ -21,17 +22,26 @@ router = APIRouter(tags=["debugging"])
 @router.get(
     "/nodes",
     summary="Every known node: metrics, hot value, estimated extra usage, verdict and score",
-    description="Nodes come from the watch-driven cache, or without cluster access from the last whole-node "
-    "requests. The verdict and score are for a pod that requests nothing.",
+    description="Nodes come from the watch-driven cache, or without cluster access from recent whole-node "
+    "requests: a node not sent again within `remembered.ttlSeconds` is forgotten, and at most "
+    "`remembered.cap` are kept. The verdict and score are for a pod that requests nothing.",
 )
 async def nodes(request: Request) -> JSONBytes:
     ext = services(request).extender
     now = ext.clock()
     names = ext.known_names()
     views = [_view(ext, load, now) for n in names if (load := ext.known_node(n)) is not None]
-    return JSONBytes(
-        {"source": "cache" if ext.source is not None else "requests", "count": len(views), "nodes": views}
-    )
+    head: dict[str, object] = {"source": "cache"}
+    if ext.source is None:
+        head = {
+            "source": "requests",
+            "remembered": {
+                "from": "whole-node requests",
+                "ttlSeconds": REMEMBER_SECONDS,
+                "cap": REMEMBER_CAP,
+            },
+        }
+    return JSONBytes(head | {"count": len(views), "nodes": views})
 
 
 def _view(ext: Extender, load: NodeLoad, now: float) -> dict[str, Any]:

@@ -8,23 +8,18 @@ POLICY ?= scheduler_config/policy.yaml
 
 .PHONY: run test bench lint venv install install-test clean
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+# scripts/ensure-venv checks that PYTHON is 3.11+, rebuilds a venv another Python made, and runs the pip
+# installs under one lock (so `make run` and `make test` started together do not break each other). Its stamp
+# files make re-runs cheap: it reinstalls only when the project or the lock changes. The lock pins the runtime
+# dependencies to the versions the image ships (Dockerfile), so tests run against those.
+ENSURE = scripts/ensure-venv $(PYTHON) $(VENV)
 
-# Stamp files make re-runs cheap: reinstall only when the project or the lock changes. The lock pins the
-# runtime dependencies to the versions the image ships (Dockerfile), so tests run against those.
-$(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e .
-	touch $@
-
-$(VENV)/.installed-test: pyproject.toml requirements.lock | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test]'
-	touch $@ $(VENV)/.installed
-
-venv: $(BIN)/python
-install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test
+venv:
+	@$(ENSURE)
+install:
+	@$(ENSURE) . .installed .installed
+install-test:
+	@$(ENSURE) '.[test]' .installed-test .installed-test .installed
 
 run: install
 	$(BIN)/ballast extender --host $(HOST) --port $(PORT) --policy $(POLICY)
@@ -44,4 +39,4 @@ lint: install-test
 	$(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV).lock build *.egg-info .pytest_cache

@@ -368,7 +368,11 @@ def test_the_kustomization_lists_every_file_and_stays_inside_its_root() -> None:
     assert all(".." not in Path(r).parts and not Path(r).is_absolute() for r in resources)
     assert {DEPLOY / r for r in resources} == set(TOP_LEVEL)
     assert "namespace" not in kustomization, "a namespace override would move the kube-system RoleBinding"
-    assert kustomization["images"] == [{"name": "ballast", "newName": "ballast", "newTag": __version__}]
+    name, tag = KUBE_SCHEDULER_IMAGE.split(":")
+    assert kustomization["images"] == [
+        {"name": "ballast", "newName": "ballast", "newTag": __version__},
+        {"name": name, "newTag": tag},
+    ]
     # optional/ holds grants for non-default flags only
     optional = [d for p, docs in FILES.items() if p.parent.name == "optional" for d in docs]
     assert optional and {d["kind"] for d in optional} == {"ClusterRole", "ClusterRoleBinding"}

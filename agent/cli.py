@@ -128,6 +128,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "(when not given: ballast-scheduler)",
     )
     cpu.add_argument(
+        "--result-key-file",
+        metavar="FILE",
+        help="key (at least 32 bytes, e.g. a mounted Secret) the extender seals topology results with; when "
+        "given, only results whose ballast.io/topology-result-seal verifies are honoured (give the extender "
+        "the same key)",
+    )
+    cpu.add_argument(
         "--default-cpu-policy",
         choices=("none", "exclusive", "numa", "immovable"),
         default="exclusive",

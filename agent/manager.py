@@ -83,6 +83,7 @@ class CPUManager:
         node_name: str,
         reconcile_period: float = DEFAULT_RECONCILE_PERIOD,
         metrics: CPUManagerMetrics | None = None,
+        result_key: bytes | None = None,
     ) -> None:
         """``state_path``: the checkpoint (``agent.state.DEFAULT_STATE_PATH`` on a node); ``runtime``: where
         cpusets go (``CRIRuntime`` on a node); ``allowed_schedulers``: the ``spec.schedulerName`` values
@@ -100,7 +101,11 @@ class CPUManager:
         self.reconcile_period = reconcile_period
         self.metrics = metrics or CPUManagerMetrics()
         self.policy = StaticPolicy(
-            topology, reserved, allowed_schedulers=allowed_schedulers, default_policy=default_policy
+            topology,
+            reserved,
+            allowed_schedulers=allowed_schedulers,
+            default_policy=default_policy,
+            result_key=result_key,
         )
         runtime.bind_metrics(self.metrics)
         self._state = CheckpointState(state_path, validate=self.policy.validate_state)

@@ -27,6 +27,7 @@ import orjson
 
 from agent.quantity import QuantityError, parse_quantity
 from common.exclusive import CPUPolicy
+from common.seal import SEAL_ANNOTATION
 
 __all__ = [
     "CPU_POLICY_ANNOTATION",
@@ -106,6 +107,10 @@ class PodInfo:
     """``((numa id, cpus), ...)`` from a well-formed ``topology-result``; ``None`` when absent or bad."""
     topology_result_error: str | None
     problems: tuple[str, ...] = ()
+    topology_result_text: str | None = None
+    """The ``topology-result`` annotation as written (what its seal covers)."""
+    topology_result_seal: str | None = None
+    """The ``ballast.io/topology-result-seal`` annotation (``common.seal``), ``None`` when absent."""
     _by_name: Mapping[str, ContainerInfo] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -328,6 +333,7 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
 
     raw_policy = annotations.get(CPU_POLICY_ANNOTATION)
     raw_result = annotations.get(TOPOLOGY_RESULT_ANNOTATION)
+    raw_seal = annotations.get(SEAL_ANNOTATION)
     result: tuple[tuple[int, int], ...] | None = None
     result_error: str | None = None
     if raw_result is not None:
@@ -355,5 +361,7 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
         topology_result=result,
         topology_result_error=result_error,
         problems=tuple(problems),
+        topology_result_text=raw_result if isinstance(raw_result, str) else None,
+        topology_result_seal=raw_seal if isinstance(raw_seal, str) else None,
         _by_name={c.name: c for c in containers},
     )

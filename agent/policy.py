@@ -26,7 +26,10 @@ Only pods of QoS class Guaranteed with at least one container whose CPU request 
 qualify (``PodInfo.exclusive_cpus``); everything else runs on the shared pool whatever it asks for.
 
 **Topology result trust.** The result is honoured only for pods whose ``spec.schedulerName`` is in the
-allowed list (anyone can write an annotation; only the scheduler can place a pod). A result that is
+allowed list and, with a result key, only when its seal verifies (``common.seal``). Whoever may create a
+pod sets its schedulerName, its nodeName (placing it without any scheduler) and its annotations, so
+without a key a forged result on such a pod is honoured (docs/operators.md, "What the agent trusts").
+A result that is
 malformed, names NUMA nodes this machine lacks, or whose CPU total differs from the pod's exclusive CPU
 count is treated as absent and reported in ``PodDecision.rejected``. Without a (trusted) result the
 CPUs come from the whole machine, NUMA-packed.
@@ -49,6 +52,7 @@ from agent.podspec import ContainerKind, CPUPolicy, PodInfo, QOSClass
 from agent.state import POLICY_NAME, State, StateReader
 from agent.topology import CPUTopology
 from common.exclusive import decide_exclusive
+from common.seal import verify
 
 __all__ = [
     "Allocation",
@@ -139,8 +143,11 @@ class StaticPolicy:
         *,
         allowed_schedulers: Iterable[str],
         default_policy: CPUPolicy | str = CPUPolicy.EXCLUSIVE,
+        result_key: bytes | None = None,
     ) -> None:
         self.topology = topology
+        self.result_key = result_key
+        """With a key, a topology result counts only when its seal verifies (``common.seal``)."""
         self.all_cpus = topology.all_cpus
         self.reserved = reserved & topology.all_cpus
         """Reserved CPUs the machine has (an explicit list may name offline ones)."""
@@ -169,6 +176,11 @@ class StaticPolicy:
             result=pod.topology_result,
             result_error=pod.topology_result_error,
             known_numa=self._numa_cpus.keys(),
+            sealed=None
+            if self.result_key is None
+            else verify(
+                self.result_key, pod.uid, pod.node_name, pod.topology_result_text, pod.topology_result_seal
+            ),
         )
         return PodDecision(d.mode, d.exclusive_cpus, d.zones, d.rejected, d.note)
 

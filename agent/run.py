@@ -41,6 +41,7 @@ from agent.publisher import (
 from agent.topology import CPUTopology, TopologyError
 from app.kube import Kube, KubeConfigError, Reflector, load_api_client
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.seal import SealKeyError, load_key
 
 __all__ = ["CPUManagerSupervisor", "HealthServer", "run"]
 
@@ -218,6 +219,7 @@ def cpu_manager_factory(
                 node_name=node_name,
                 reconcile_period=args.cpu_manager_reconcile_period,
                 metrics=metrics,
+                result_key=getattr(args, "result_key", None),
             )
         except BaseException:
             runtime.close()
@@ -295,6 +297,17 @@ def run(
         log.error("topology discovery failed: %s", e)
         return 1
     log.info("node %s: %s", node_name, describe_topology(topology))
+    try:
+        result_key = load_key(args.result_key_file) if getattr(args, "result_key_file", None) else None
+    except SealKeyError as e:
+        log.error("%s", e)
+        return 2
+    args.result_key = result_key
+    if result_key is None:
+        log.warning(
+            "no --result-key-file: topology results are trusted by schedulerName alone, which whoever may "
+            "create pods can set (see the operator's guide, What the agent trusts)"
+        )
     try:
         api_client = load_api_client(args.kubeconfig)
     except KubeConfigError as e:

@@ -36,6 +36,7 @@ from app.podinfo import PodInfo, pod_info
 from app.policy_store import PolicyStore
 from app.wire import BadRequest
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.seal import SEAL_ANNOTATION, verify
 
 log = logging.getLogger("ballast.cache")
 
@@ -275,7 +276,10 @@ class ClusterCache:
         assume_ttl: float = 300.0,
         on_bad: Callable[[NodeLoad], None] | None = None,
         allowed_schedulers: Iterable[str] = DEFAULT_SCHEDULERS,
+        result_key: bytes | None = None,
     ) -> None:
+        self.result_key = result_key
+        """With a key, only topology results whose seal verifies count against zones, as on the agent."""
         self.allowed_schedulers = frozenset(allowed_schedulers)
         """Schedulers whose pods' topology results count against zones (the agent's --scheduler-name)."""
         self.kube = kube
@@ -375,7 +379,11 @@ class ClusterCache:
                 if RESULT_ANNOTATION not in r.annotations or r.spec is None:
                     continue
                 seen.add(r.uid)  # the pod's own result replaces what bind assumed
-                zones = exclusive_zones(r.spec, r.result_memory, topo, self.allowed_schedulers)
+                sealed = None
+                if self.result_key is not None:
+                    text, mark = r.annotations.get(RESULT_ANNOTATION), r.annotations.get(SEAL_ANNOTATION)
+                    sealed = verify(self.result_key, r.uid, r.node, text, mark)
+                zones = exclusive_zones(r.spec, r.result_memory, topo, self.allowed_schedulers, sealed)
                 if zones is not None:
                     usage.add(f"{r.namespace}/{r.name}", zones)
             with self.lock:

@@ -13,6 +13,7 @@ from app.annotator import cli as annotator_cli
 from app.logs import LEVELS, setup_logging
 from app.policy import PolicyError, load_policy
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.seal import SealKeyError, load_key
 
 log = logging.getLogger("ballast")
 
@@ -79,6 +80,13 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
         help="scheduler whose pods' topology results count against NUMA zones, as the agent's flag of the "
         "same name; repeat for several (when not given: ballast-scheduler)",
     )
+    p.add_argument(
+        "--result-key-file",
+        metavar="FILE",
+        help="key (at least 32 bytes, e.g. a mounted Secret) to seal the topology results bind writes, so "
+        "the agent can tell them from forged ones; give the agent the same key. With it, only sealed results "
+        "count against NUMA zones",
+    )
     add_common(p)
     p.set_defaults(func=run_extender)
 
@@ -92,6 +100,11 @@ def run_extender(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(args.policy)
     except PolicyError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        result_key = load_key(args.result_key_file) if args.result_key_file else None
+    except SealKeyError as exc:
         log.error("%s", exc)
         return 2
     kube = None
@@ -111,6 +124,7 @@ def run_extender(args: argparse.Namespace) -> int:
         kube=kube,
         resync_seconds=args.resync,
         scheduler_names=args.scheduler_names or DEFAULT_SCHEDULERS,
+        result_key=result_key,
     )
     log.info(
         "ballast extender %s listening on %s:%d with policy %s",

@@ -85,6 +85,7 @@ def create_app(
     background: list[Callable[[], Any]] | None = None,
     clock: Callable[[], float] = time.time,
     scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
+    result_key: bytes | None = None,
 ) -> FastAPI:
     """Build the extender app.
 
@@ -105,10 +106,13 @@ def create_app(
             clock=clock,
             on_bad=metrics.count_bad,
             allowed_schedulers=scheduler_names,
+            result_key=result_key,
         )
     extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
     if kube is not None:
-        binder = Binder(kube, ledger, clock, pre_bind=[NumaPreBind(kube, cache, store, extender.numa_seen)])
+        binder = Binder(
+            kube, ledger, clock, pre_bind=[NumaPreBind(kube, cache, store, extender.numa_seen, result_key)]
+        )
     svc = Services(store=store, metrics=metrics, extender=extender, cache=cache, binder=binder)
     if cache is not None:
         svc.readiness.append(cache.readiness)

@@ -159,7 +159,11 @@ def result_zones(text: Any) -> list[tuple[str, int, int]] | None:
 
 
 def exclusive_zones(
-    pod: AgentPod, memory: Mapping[str, int], topo: NodeTopology | None, allowed_schedulers: Collection[str]
+    pod: AgentPod,
+    memory: Mapping[str, int],
+    topo: NodeTopology | None,
+    allowed_schedulers: Collection[str],
+    sealed: bool | None = None,
 ) -> list[tuple[str, int, int]] | None:
     """The zones a pod really holds exclusive CPUs in, by the agent's own rule (``common.exclusive``):
     Guaranteed, whole CPUs, a pinning policy, a trusted scheduler, a result that names zones the node's
@@ -179,6 +183,7 @@ def exclusive_zones(
         result=pod.topology_result,
         result_error=pod.topology_result_error,
         known_numa=known,
+        sealed=sealed,
     )
     if not d.pins or not d.zones:
         return None

@@ -17,11 +17,21 @@ from app.kube import ApiError, Kube
 from app.numa import RESULT_ANNOTATION, fit, numa_request, render_result
 from app.policy_store import PolicyStore
 from app.wire import BindingArgs
+from common.seal import SEAL_ANNOTATION, seal
 
 
 class NumaPreBind:
-    def __init__(self, kube: Kube, cache: Any, store: PolicyStore, seen: Callable[[str], Any]) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        cache: Any,
+        store: PolicyStore,
+        seen: Callable[[str], Any],
+        result_key: bytes | None = None,
+    ) -> None:
         self.kube = kube
+        self.result_key = result_key
+        """With a key, the result is sealed to the pod's UID and node (``common.seal``) for the agent."""
         self.cache = cache
         self.store = store
         self.seen = seen
@@ -44,7 +54,12 @@ class NumaPreBind:
             if not f.ok:
                 raise BindError(f"NUMA zones of {args.node} changed since filter: {f.reason}")
             self.cache.assume(uid, args.node, f.result)
-        patch = {"metadata": {"annotations": {RESULT_ANNOTATION: render_result(f.result)}}}
+        text = render_result(f.result)
+        annotations = {RESULT_ANNOTATION: text}
+        if self.result_key is not None:
+            pod_uid = args.pod_uid or str((self.kube.get(path).get("metadata") or {}).get("uid") or "")
+            annotations[SEAL_ANNOTATION] = seal(self.result_key, pod_uid, args.node, text)
+        patch = {"metadata": {"annotations": annotations}}
         try:
             self.kube.merge_patch(path, patch)
         except ApiError:
@@ -53,7 +68,8 @@ class NumaPreBind:
 
         def undo() -> None:
             self.cache.forget_assumed(uid)
-            self.kube.merge_patch(path, {"metadata": {"annotations": {RESULT_ANNOTATION: None}}})
+            gone = {RESULT_ANNOTATION: None, SEAL_ANNOTATION: None}
+            self.kube.merge_patch(path, {"metadata": {"annotations": gone}})
 
         return undo
 

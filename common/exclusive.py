@@ -40,7 +40,7 @@ class ExclusiveDecision:
     """Trusted, validated topology result ``((numa, cpus), ...)``, or ``None`` (whole machine)."""
     rejected: tuple[str, str] | None = None
     """``(reason, message)`` when a topology result was present but ignored; reasons:
-    ``untrusted-scheduler``, ``malformed``, ``unknown-numa``, ``cpu-mismatch``."""
+    ``untrusted-scheduler``, ``malformed``, ``unknown-numa``, ``cpu-mismatch``, ``unsealed``."""
     note: str = ""
 
     @property
@@ -60,9 +60,11 @@ def decide_exclusive(
     result: tuple[tuple[int, int], ...] | None,
     result_error: str | None,
     known_numa: Collection[int],
+    sealed: bool | None = None,
 ) -> ExclusiveDecision:
     """How a pod holds CPUs and in which zones. ``requested`` is the pod's cpu-policy with the default
-    already applied; ``result``/``result_error`` come from ``agent.podspec.parse_topology_result``."""
+    already applied; ``result``/``result_error`` come from ``agent.podspec.parse_topology_result``.
+    ``sealed``: whether the result's seal verifies (``common.seal``), ``None`` when no key is configured."""
     n = exclusive_cpus
     if not guaranteed:
         return ExclusiveDecision(CPUPolicy.NONE, 0, None, note=f"QoS class {qos}: shared pool")
@@ -71,6 +73,9 @@ def decide_exclusive(
     if requested is CPUPolicy.NONE:
         return ExclusiveDecision(CPUPolicy.NONE, n, None, note="cpu-policy none")
     zones, rejected = _trusted_zones(n, scheduler_name, allowed_schedulers, result, result_error, known_numa)
+    if zones is not None and sealed is False:
+        why = "its seal (ballast.io/topology-result-seal) does not verify: Ballast's bind did not write it"
+        zones, rejected = None, ("unsealed", f"topology result ignored: {why} for this pod on this node")
     return ExclusiveDecision(requested, n, zones, rejected)
 
 

@@ -17,7 +17,7 @@ from cachetools import TTLCache
 
 from app.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
 from app.estimation import Estimate, Ledger, estimate_usage
-from app.load import Rejection, check_node, score_node
+from app.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
 from app.numa import NumaRequest, combine, fit, numa_request, numa_score
@@ -26,7 +26,7 @@ from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
 from app.policy_store import PolicyStore
 from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
-from app.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, judge, tier
+from app.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, fragments, judge, tier
 from app.wire import BadRequest, ExtenderArgs
 
 log = logging.getLogger("ballast.extender")
@@ -402,7 +402,11 @@ class Extender:
             )
         loads = [self._from_name(n) or NodeLoad(n) for n in names]
         out: list[dict[str, Any]] = []
-        for load in loads:
+        if policy.scoring == "relative":
+            incoming = self._incoming(pod, now)
+            after = [self._exact_load(lambda _n, x=x: x, x.name, pod, policy, now, incoming) for x in loads]
+            out = [{"Host": n, "Score": v} for n, v in zip(names, relative_scores(after), strict=True)]
+        for load in loads if policy.scoring != "relative" else ():
             score = score_node(load, policy, now, self._extra(load, policy, now, None, skip=pod.uid)).score
             out.append({"Host": load.name, "Score": score})
         self._numa_scores(args.pod, pod, out)
@@ -425,6 +429,8 @@ class Extender:
         encoded: bool = False,
     ) -> list[dict] | bytes:
         board.refresh(now)
+        if policy.scoring == "relative":
+            return self._relative_from_board(board, lookup, pod_obj, pod, names, policy, now, encoded)
         entries = list(map(board.scored.get, names))  # C-level; None for names the board lacks
         lacking = None in entries
         values = [None if e is None else e[0] for e in entries] if lacking else list(map(_score_of, entries))
@@ -466,6 +472,81 @@ class Extender:
         if self.ledger is not None and out and not pod.daemonset:
             self.ledger.hold(pod, names[values.index(max(values))], now)
         return out
+
+    def _relative_from_board(
+        self,
+        board: VerdictBoard,
+        lookup: Callable[[str], NodeLoad | None],
+        pod_obj: dict[str, Any],
+        pod: PodInfo,
+        names: list[str],
+        policy: Policy,
+        now: float,
+        encoded: bool,
+    ) -> list[dict] | bytes:
+        """Relative scores: each candidate's standing projected load from the board plus this pod's
+        estimate (one multiply-add per node), ranked over the candidates. Exactly computed are only the node
+        holding this pod's own estimate and names the board lacks."""
+        entries = list(map(board.projection.get, names))  # C-level; None for names the board lacks
+        incoming = self._incoming(pod, now)
+        cpu = incoming.cpu_milli if incoming is not None else 0
+        mem = incoming.memory_bytes if incoming is not None else 0
+        exact = set()
+        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
+        if own is not None:
+            exact.add(own.node)
+        if None in entries:
+            exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
+            entries = [e if e is not None else _NO_PROJECTION for e in entries]
+        if cpu or mem:
+            loads = [None if b is None else b + cpu * c + mem * m for b, c, m in entries]
+        else:
+            loads = list(map(_load_of, entries))
+        for name in exact:
+            value = self._exact_load(lookup, name, pod, policy, now, incoming)
+            for i in _positions(names, name):
+                loads[i] = value
+        scores = relative_scores(loads)
+        numa_pod = (
+            not pod.daemonset
+            and getattr(self.source, "topology", None) is not None
+            and (self._numa_request(pod_obj, pod) is not None)
+        )
+        if not numa_pod and self.ledger is not None and names and not pod.daemonset:
+            self.ledger.hold(pod, names[scores.index(max(scores))], now)
+        if encoded and not numa_pod:
+            frags = list(map(board.fragments.get, names))
+            if None in frags:
+                frags = [f if f is not None else fragments(n) for f, n in zip(frags, names, strict=True)]
+            return b"[" + b",".join(map(tuple.__getitem__, frags, scores)) + b"]"
+        out = [{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)]
+        if numa_pod:
+            self._numa_scores(pod_obj, pod, out)
+            if self.ledger is not None and out and not pod.daemonset:
+                best = max(range(len(out)), key=lambda i: out[i]["Score"])
+                self.ledger.hold(pod, names[best], now)
+        return out
+
+    def _exact_load(
+        self,
+        lookup: Callable[[str], NodeLoad | None],
+        name: str,
+        pod: PodInfo,
+        policy: Policy,
+        now: float,
+        incoming: Estimate | None,
+    ) -> float | None:
+        """The projected load after this pod by the definition (``projected_load``), counting the pod's
+        estimate once (its own hold is skipped); ``None`` for a node Ballast does not know."""
+        load = lookup(name)
+        if load is None:
+            return None
+        extra = (
+            self._extra(load, policy, now, incoming)
+            if incoming is not None
+            else self._extra(load, policy, now, None, skip=pod.uid)
+        )
+        return projected_load(load, policy, now, extra)
 
     def _exact_score(
         self, lookup: Callable[[str], NodeLoad | None], name: str, pod: PodInfo, policy: Policy, now: float
@@ -551,6 +632,8 @@ class Extender:
 
 
 _score_of = itemgetter(0)
+_load_of = itemgetter(0)
+_NO_PROJECTION: tuple[float | None, float, float] = (None, 0.0, 0.0)
 _json_of = itemgetter(1)
 _FEW_EXACT = 8
 """Up to this many exactly scored nodes, prioritize still answers from the pre-encoded fragments."""
@@ -650,9 +733,34 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
         },
         "filter": {"passes": rejection is None, "reason": None if rejection is None else rejection.reason}
         | ({"note": "DaemonSet pods always pass"} if pod.daemonset else {}),
-        "score": score.to_json(),
+        "score": score.to_json()
+        | {
+            "scoring": policy.scoring,
+            "projectedLoad": projected_load(
+                load, policy, now, score_extra if pod.daemonset else filter_extra
+            ),
+        },
         "numa": numa_view(ext, load.name),
     }
+
+
+def rank_views(views: list[dict[str, Any]], policy: Policy) -> None:
+    """Relative scoring in /nodes and /explain: rank the passing nodes among themselves, as prioritize
+    would see them (it gets only those). Every ranked view keeps crane's absolute score as ``craneScore``;
+    a failing node scores 0. No-op under ``scoring: crane``."""
+    if policy.scoring != "relative":
+        return
+    ranked = [v for v in views if "projectedLoad" in v.get("score", {}) and v["filter"]["passes"]]
+    scores = relative_scores([v["score"]["projectedLoad"] for v in ranked])
+    for v in views:
+        if "projectedLoad" in v.get("score", {}):
+            v["score"]["craneScore"] = v["score"]["score"]
+            v["score"]["score"] = 0
+    for v, score in zip(ranked, scores, strict=True):
+        v["score"]["score"] = score
+        pod_numa = (v.get("numa") or {}).get("pod")
+        if "scoreWithNuma" in v["score"] and pod_numa is not None:
+            v["score"]["scoreWithNuma"] = combine(score, pod_numa["numaScore"], policy.topology.score_weight)
 
 
 def numa_view(ext: Extender, node: str, req: NumaRequest | None = None) -> dict[str, Any] | None:
@@ -742,9 +850,11 @@ def explain(
                     view["score"]["score"], pod_numa["numaScore"], weight
                 )
         views.append(view)
+    rank_views(views, policy)
+    for view in views:
         final = view["score"].get("scoreWithNuma", view["score"]["score"])
         if view["filter"]["passes"] and (best is None or final > best[0]):
-            best = (final, name)
+            best = (final, view["name"])
     return {
         "pod": f"{pod.namespace}/{pod.name}" if pod.name else None,
         "nodes": views,

@@ -1,5 +1,14 @@
 """Load-aware verdicts and scores: crane-scheduler's Dynamic plugin semantics, as pure functions.
 
+Two scorings (``spec.scoring``). The default, ``relative``, ranks the candidates of one prioritize call:
+
+    load(node) = sum((u + extra) * w) / sum(w) + hot / 10       over fresh priority metrics
+    after(node) = load(node) + this pod's estimate, in the same weighted units (``pod_slope``)
+    score = round_half_up(10 * (worst - after) / (worst - best))  over the candidates with information
+so the least loaded candidate after the pod scores 10, the most loaded 0, equal loads score equally, and
+all 11 levels separate the candidates actually in play (crane's absolute scale gives nodes whose loads
+differ by less than 0.1 the same score, and a burst piles onto such ties). ``crane`` keeps crane's formula:
+
 Filter: a node is rejected when a *fresh* value of a predicate metric is above its limit. Missing,
 stale or unreadable values never reject (they are "no information").
 
@@ -17,7 +26,8 @@ after that metric was last measured; they are added to the measured value (see `
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.annotations import HOT_VALUE_VALID_SECONDS
@@ -142,3 +152,68 @@ def score_node(
         hot = load.hot.value
     final = min(100, max(0, raw - int(hot * 10)))
     return Score(raw, hot, final, to_extender_score(final), tuple(terms))
+
+
+HOT_LOAD_PER_UNIT = 0.1
+"""One unit of hot value weighs like 10 % more load: crane's ``hot * 10`` points on its 0..100 scale."""
+
+
+def projected_load(
+    load: NodeLoad, policy: Policy, now: float, extra: Mapping[str, float] = _NO_EXTRA
+) -> float | None:
+    """The weighted load of the fresh priority metrics with ``extra`` added, plus the hot penalty;
+    ``None`` when no priority metric has a fresh value (no information: such a node scores 0)."""
+    total = 0.0
+    weights = 0.0
+    samples = load.samples
+    for name, weight, valid, _resource in policy.priority_plan:
+        sample = samples.get(name)
+        if sample is None or sample.timestamp + valid <= now:
+            continue
+        add = extra.get(name, 0.0) if extra else 0.0
+        total += (sample.value + add) * weight
+        weights += weight
+    if weights <= 0:
+        return None
+    hot = 0.0
+    if load.hot is not None and load.hot.is_fresh(now, HOT_VALUE_VALID_SECONDS):
+        hot = load.hot.value
+    return total / weights + hot * HOT_LOAD_PER_UNIT
+
+
+def pod_slope(load: NodeLoad, policy: Policy, now: float) -> tuple[float, float]:
+    """How much ``projected_load`` grows per millicore and per byte placed on this node: the estimate of
+    a pod adds ``amount / allocatable`` to every metric of its resource (``app.estimation``)."""
+    cpu = mem = weights = 0.0
+    samples = load.samples
+    for name, weight, valid, resource in policy.priority_plan:
+        sample = samples.get(name)
+        if sample is None or sample.timestamp + valid <= now:
+            continue
+        weights += weight
+        if resource == "cpu" and load.allocatable_cpu_milli:
+            cpu += weight / load.allocatable_cpu_milli
+        elif resource == "memory" and load.allocatable_memory_bytes:
+            mem += weight / load.allocatable_memory_bytes
+    if weights <= 0:
+        return 0.0, 0.0
+    return cpu / weights, mem / weights
+
+
+_TIE = 1e-9
+"""Loads closer than this are equal (float noise must not split a tie into 10 and 0)."""
+
+
+def relative_scores(loads: Sequence[float | None]) -> list[int]:
+    """0..10 per candidate: 10 for the least projected load, 0 for the most, linear between, rounded half
+    up; 0 for a candidate without information; 10 for all when every load is the same."""
+    known = [x for x in loads if x is not None]
+    if not known:
+        return [0] * len(loads)
+    best = min(known)
+    span = max(known) - best
+    if span <= _TIE:
+        return [0 if x is None else MAX_EXTENDER_SCORE for x in loads]
+    scale = MAX_EXTENDER_SCORE / span
+    top = best + span
+    return [0 if x is None else math.floor((top - x) * scale + 0.5) for x in loads]

@@ -35,6 +35,10 @@ class PolicyError(ValueError):
         super().__init__(f"invalid policy {source}: {lines}")
 
 
+SCORINGS = ("relative", "crane")
+"""Values of ``spec.scoring``; the first is the default."""
+
+
 @dataclass(frozen=True, slots=True)
 class Predicate:
     name: str
@@ -89,6 +93,9 @@ class Policy:
     metric_resources: Mapping[str, str] = field(default_factory=dict)
     """Metric name -> ``cpu`` | ``memory``, for estimation; defaults by name prefix."""
     topology: TopologySettings = field(default_factory=TopologySettings)
+    scoring: str = "relative"
+    """``relative`` (rank the candidates by projected load after the pod, best 10, worst 0) or ``crane``
+    (crane's absolute ``(1 - u) * 100`` formula mapped to 0..10); see ``app.load``."""
     source: str = "<memory>"
     document: Mapping[str, Any] = field(default_factory=dict)
     predicate_plan: tuple[tuple[str, float, float, str], ...] = field(init=False, repr=False, compare=False)
@@ -148,6 +155,7 @@ class Policy:
                 "tentativeTTLSeconds": self.estimation.tentative_ttl,
             },
             "metricResources": {m: self.resource_of(m) for m in self.sync_periods},
+            "scoring": self.scoring,
             "topology": {
                 "awareResources": ["cpu", "memory"] if self.topology.memory_aware else ["cpu"],
                 "scoreWeight": self.topology.score_weight,
@@ -242,6 +250,8 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
             "legacyTimeZone",
             "estimation",
             "metricResources",
+            "topology",
+            "scoring",
         },
         "spec",
     )
@@ -373,6 +383,10 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
             kw_t["score_weight"] = w
         topology = TopologySettings(**kw_t)
 
+    scoring = spec.get("scoring", "relative")
+    if scoring not in SCORINGS:
+        c.fail("spec.scoring", f"expected one of {', '.join(SCORINGS)}, got {scoring!r}")
+
     if c.problems:
         raise PolicyError(source, c.problems)
     return Policy(
@@ -384,6 +398,7 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
         estimation=estimation,
         metric_resources=resources,
         topology=topology,
+        scoring=scoring,
         source=source,
         document=dict(document),
     )

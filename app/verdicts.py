@@ -5,7 +5,10 @@ estimate on it changes (hold, bind, pod watch), (c) the policy changes, or (d) t
 estimate expire. The board recomputes a node on (a)-(c) as they happen and on (d) via a heap of
 expiry times, and keeps:
 
-- ``scored[node]``: the prioritize score (0..10) with the node's current estimates, and its JSON;
+- ``scored[node]``: crane's prioritize score (0..10) with the node's current estimates, and its JSON;
+- ``projection[node]``: the node's projected load with its current estimates and how much a millicore and
+  a byte of estimate add to it (``app.load.projected_load``, ``pod_slope``), for relative scoring, and
+  ``fragments[node]``: its ``{"Host":name,"Score":n}`` pre-encoded for every n in 0..10;
 - ``room``: per node the spare capacity, in millicores and bytes, before the tightest fresh predicate of
   that resource would be crossed, counting estimates already on the node;
 - ``blocked``: nodes already over a limit, whatever the pod;
@@ -39,7 +42,7 @@ import orjson
 
 from app.annotations import HOT_VALUE_VALID_SECONDS
 from app.estimation import Ledger
-from app.load import Rejection, check_node, score_node
+from app.load import MAX_EXTENDER_SCORE, Rejection, check_node, pod_slope, projected_load, score_node
 from app.nodestate import NodeLoad
 from app.policy import Policy
 
@@ -90,6 +93,8 @@ class Derived:
     blocked: bool
     score: int
     checks: tuple[Check, ...] = ()
+    projection: tuple[float | None, float, float] = (None, 0.0, 0.0)
+    """(projected load with the node's estimates, its growth per millicore, per byte)."""
 
 
 def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
@@ -98,6 +103,7 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
     units = ledger.units(load, now)
     blocked = check_node(load, policy, now, extra) is not None
     score = score_node(load, policy, now, extra).score
+    projection = (projected_load(load, policy, now, extra), *pod_slope(load, policy, now))
     until = math.inf
     rooms = {"cpu": math.inf, "memory": math.inf}
     checks = []
@@ -122,7 +128,12 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
     for e in ledger.on_node(load.name):
         ttl = policy.estimation.tentative_ttl if e.tentative else ledger.shortest_ttl
         until = min(until, e.at + ttl)
-    return Derived(load, until, rooms["cpu"], rooms["memory"], blocked, score, tuple(checks))
+    return Derived(load, until, rooms["cpu"], rooms["memory"], blocked, score, tuple(checks), projection)
+
+
+def fragments(name: str) -> tuple[bytes, ...]:
+    """``{"Host":name,"Score":n}`` encoded for n = 0..10, so a relative answer is a tuple index per node."""
+    return tuple(orjson.dumps({"Host": name, "Score": n}) for n in range(MAX_EXTENDER_SCORE + 1))
 
 
 def judge(d: Derived, cpu_milli: int, memory_bytes: int, now: float) -> Rejection | object | None:
@@ -175,6 +186,8 @@ class VerdictBoard:
         self.scored: dict[str, tuple[int, bytes]] = {}
         """Per node the score and ``{"Host":name,"Score":n}`` already encoded, so that a prioritize answer
         is one dict lookup per node and a byte join."""
+        self.projection: dict[str, tuple[float | None, float, float]] = {}
+        self.fragments: dict[str, tuple[bytes, ...]] = {}
         self.blocked: set[str] = set()
         self.tight_cpu: list[set[str]] = [set() for _ in CPU_TIERS]
         self.tight_memory: list[set[str]] = [set() for _ in MEMORY_TIERS]
@@ -225,6 +238,8 @@ class VerdictBoard:
         if load is None:
             self.derived.pop(name, None)
             self.scored.pop(name, None)
+            self.projection.pop(name, None)
+            self.fragments.pop(name, None)
             self.blocked.discard(name)
             for sets in (self.tight_cpu, self.tight_memory):
                 for members in sets:
@@ -242,6 +257,9 @@ class VerdictBoard:
         entry = self.scored.get(name)
         if entry is None or entry[0] != d.score:
             self.scored[name] = (d.score, orjson.dumps({"Host": name, "Score": d.score}))
+        self.projection[name] = d.projection
+        if name not in self.fragments:
+            self.fragments[name] = fragments(name)
         (self.blocked.add if d.blocked else self.blocked.discard)(name)
         for room, tiers, sets in (
             (d.cpu_room, CPU_TIERS, self.tight_cpu),
@@ -266,6 +284,7 @@ class VerdictBoard:
             self._memos = {}
             self.derived.clear()
             self.scored.clear()
+            self.projection.clear()
             self.blocked.clear()
             for members in (*self.tight_cpu, *self.tight_memory):
                 members.clear()
@@ -273,6 +292,8 @@ class VerdictBoard:
             self.next_until = math.inf
             for name in names:
                 self._set(name, now)
+            for name in self.fragments.keys() - self.derived.keys():
+                del self.fragments[name]
 
     def refresh(self, now: float) -> None:
         """Recompute nodes whose standing verdict expired by ``now``; cheap when none did."""

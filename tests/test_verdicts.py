@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.annotations import format_hot_value, format_load
 from app.estimation import Ledger
 from app.extender import Extender
-from app.load import check_node, score_node
+from app.load import check_node, projected_load, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
 from app.podinfo import PodInfo
@@ -92,6 +95,14 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
     if fast is not UNSURE:
         assert (fast.reason if fast else None) == (exact.reason if exact else None)
     assert d.score == score_node(load, POLICY, NOW, ledger.extra(load, POLICY, NOW)).score
+    # relative scoring: the board's standing load plus the pod's slope is the exact load after the pod
+    after = projected_load(load, POLICY, NOW, ledger.extra(load, POLICY, NOW, incoming))
+    base, per_cpu, per_byte = d.projection
+    if after is None:
+        assert base is None
+    else:
+        fast_after = base + incoming.cpu_milli * per_cpu + incoming.memory_bytes * per_byte
+        assert fast_after == pytest.approx(after, rel=1e-9, abs=1e-12)
     assert d.blocked == (check_node(load, POLICY, NOW, ledger.extra(load, POLICY, NOW)) is not None)
 
 
@@ -101,17 +112,19 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
     changes=st.lists(st.tuples(st.integers(0, 11), node_st), max_size=4),
 )
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-def test_board_filter_and_prioritize_equal_exact_path(specs, pods, changes) -> None:
+@pytest.mark.parametrize("scoring", ["relative", "crane"])
+def test_board_filter_and_prioritize_equal_exact_path(scoring, specs, pods, changes) -> None:
     """A burst through the board-backed extender answers exactly as the per-node exact path would: each
     pod asked twice (the second time the board's memo answers, and the pod's own hold is scored
     exactly), with nodes changing between pods (a changed node must leave the memo)."""
+    policy = dataclasses.replace(POLICY, scoring=scoring)
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     names = [*loads, "unknown"]
     fast = Extender(
-        PolicyStore(POLICY), ExtenderMetrics(), Source(loads), Ledger(POLICY, lambda: NOW), lambda: NOW
+        PolicyStore(policy), ExtenderMetrics(), Source(loads), Ledger(policy, lambda: NOW), lambda: NOW
     )
     slow = Extender(
-        PolicyStore(POLICY), ExtenderMetrics(), Source(loads), Ledger(POLICY, lambda: NOW), lambda: NOW
+        PolicyStore(policy), ExtenderMetrics(), Source(loads), Ledger(policy, lambda: NOW), lambda: NOW
     )
     slow.board = None  # the per-node exact path
     for i, (cpu, mem) in enumerate(pods):

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 
 from app.api.responses import JSONBytes, error
 from app.api.state import services
-from app.extender import PLAIN_POD, Extender, explain, explain_node
+from app.extender import PLAIN_POD, Extender, explain, explain_node, rank_views
 from app.nodestate import NodeLoad
 from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS
 from app.wire import BadRequest, parse_extender_args
@@ -24,13 +24,15 @@ router = APIRouter(tags=["debugging"])
     summary="Every known node: metrics, hot value, estimated extra usage, verdict and score",
     description="Nodes come from the watch-driven cache, or without cluster access from recent whole-node "
     "requests: a node not sent again within `remembered.ttlSeconds` is forgotten, and at most "
-    "`remembered.cap` are kept. The verdict and score are for a pod that requests nothing.",
+    "`remembered.cap` are kept. The verdict and score are for a pod that requests nothing; under relative "
+    "scoring the score ranks the passing nodes among themselves (craneScore keeps crane's absolute score).",
 )
 async def nodes(request: Request) -> JSONBytes:
     ext = services(request).extender
     now = ext.clock()
     names = ext.known_names()
     views = [_view(ext, load, now) for n in names if (load := ext.known_node(n)) is not None]
+    rank_views(views, ext.store.current)
     head: dict[str, object] = {"source": "cache"}
     if ext.source is None:
         head = {

@@ -137,8 +137,11 @@ async def filter_nodes(request: Request):
     "/prioritize",
     summary="Score nodes 0..10 by real load",
     description=(
-        'kube-scheduler\'s prioritize call: `[{"Host": name, "Score": 0..10}]`. The score is crane\'s '
-        "weighted least-used formula minus the hot-value penalty, mapped from 0..100 to 0..10."
+        'kube-scheduler\'s prioritize call: `[{"Host": name, "Score": 0..10}]`. By default '
+        "(`scoring: relative`) the candidates are ranked by their projected load after this pod (weighted "
+        "load of the priority metrics plus estimates plus hot value / 10): least loaded 10, most loaded 0, "
+        "linear between. With `scoring: crane`, crane's weighted least-used formula minus the hot-value "
+        "penalty, mapped from 0..100 to 0..10."
     ),
     openapi_extra=_body_doc(
         "ExtenderArgs", {"whole nodes": examples.filter_example(), "names only": examples.names_example()}

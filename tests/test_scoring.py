@@ -1,0 +1,229 @@
+"""Relative scoring (the default): candidates ranked by projected load after the pod, best 10, worst 0;
+``spec.scoring: crane`` keeps crane's absolute formula. And a burst through it spreads like water."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.annotations import format_hot_value, format_load
+from app.estimation import Ledger
+from app.extender import Extender, explain
+from app.load import projected_load, relative_scores
+from app.metrics import ExtenderMetrics
+from app.nodestate import NodeLoad, parse_node
+from app.podinfo import pod_info
+from app.policy import PolicyError, load_policy, parse_policy
+from app.policy_store import PolicyStore
+from app.wire import ExtenderArgs
+from bench.spread import cv, water_fill
+from tests.conftest import POLICY_FILE
+
+RELATIVE = load_policy(POLICY_FILE)
+CRANE = dataclasses.replace(RELATIVE, scoring="crane")
+NOW = 1_800_000_000.0
+CPU_MILLI = 4000
+MEMORY = 16 << 30
+LIMIT = 0.65  # cpu_usage_avg_5m's predicate in the bundled policy
+
+
+class Source:
+    def __init__(self, loads: dict[str, NodeLoad]) -> None:
+        self.loads = loads
+        self.node_listeners: list = []
+
+    def node(self, name: str) -> NodeLoad | None:
+        return self.loads.get(name)
+
+    def node_names(self):
+        return list(self.loads)
+
+    def pod(self, uid: str):
+        return None
+
+
+def make_node(name: str, usage: float, hot: int | None = None, policy=RELATIVE) -> NodeLoad:
+    ann = {m: format_load(usage, NOW - 30) for m in policy.sync_periods}
+    if hot is not None:
+        ann["node_hot_value"] = format_hot_value(hot, NOW - 30)
+    alloc = {"cpu": f"{CPU_MILLI}m", "memory": str(MEMORY)}
+    return parse_node(
+        {"metadata": {"name": name, "annotations": ann}, "status": {"allocatable": alloc}}, policy
+    )
+
+
+def pod(i: int, cpu: str = "200m", memory: str = "256Mi") -> dict:
+    return {
+        "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"},
+        "spec": {"containers": [{"resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
+    }
+
+
+def extender(loads: dict[str, NodeLoad], policy) -> Extender:
+    return Extender(
+        PolicyStore(policy), ExtenderMetrics(), Source(loads), Ledger(policy, lambda: NOW), lambda: NOW
+    )
+
+
+def scores(ext: Extender, names: list[str], i: int = 0) -> dict[str, int]:
+    answer = ext.prioritize(ExtenderArgs(pod(i), None, names), encoded=True)
+    parsed = orjson.loads(answer) if isinstance(answer, bytes) else answer
+    return {h["Host"]: h["Score"] for h in parsed}
+
+
+# -- the pure ranking -------------------------------------------------------------------------------
+
+
+def test_relative_scores_best_ten_worst_zero_linear_between() -> None:
+    assert relative_scores([0.30, 0.33, 0.36, 0.345]) == [10, 5, 0, 3]  # 2.5 rounds half up
+    assert relative_scores([0.5, None, 0.2]) == [0, 0, 10]  # no information scores 0
+    assert relative_scores([0.4, 0.4, 0.4]) == [10, 10, 10]  # all equal: all best
+    assert relative_scores([None, None]) == [0, 0]
+    assert relative_scores([]) == []
+
+
+loads_st = st.lists(st.one_of(st.none(), st.floats(-1, 3, allow_nan=False)), min_size=1, max_size=40)
+
+
+@given(loads=loads_st)
+def test_relative_scores_properties(loads) -> None:
+    out = relative_scores(loads)
+    assert all(type(s) is int and 0 <= s <= 10 for s in out)
+    known = [(x, s) for x, s in zip(loads, out, strict=True) if x is not None]
+    assert all(s == 0 for x, s in zip(loads, out, strict=True) if x is None)
+    if known:
+        assert max(s for _, s in known) == 10  # the least loaded candidate is always best
+        if max(x for x, _ in known) - min(x for x, _ in known) > 1e-6:
+            assert min(s for _, s in known) == 0  # the most loaded is worst when loads differ
+    for x, s in known:  # monotonic: less load never scores lower; equal loads score equally
+        for y, t in known:
+            if x <= y:
+                assert s >= t
+
+
+# -- through the extender ---------------------------------------------------------------------------
+
+
+def test_default_ranks_close_loads_apart_where_crane_ties() -> None:
+    loads = {n: make_node(n, u) for n, u in (("a", 0.30), ("b", 0.33), ("c", 0.36))}
+    # crane: (1 - u) * 100 -> 70, 67, 64 -> 7, 7, 6: a burst sees a and b as equal
+    assert scores(extender(loads, CRANE), ["a", "b", "c"]) == {"a": 7, "b": 7, "c": 6}
+    assert scores(extender(loads, RELATIVE), ["a", "b", "c"]) == {"a": 10, "b": 5, "c": 0}
+
+
+def test_relative_scores_the_load_after_this_pod() -> None:
+    """A bigger node gains less load from the same pod: it can win although it is busier now."""
+    small = make_node("small", 0.30)
+    big = dataclasses.replace(
+        make_node("big", 0.34), allocatable_cpu_milli=64000, allocatable_memory_bytes=256 << 30
+    )
+    ext = extender({"small": small, "big": big}, RELATIVE)
+    assert scores(ext, ["small", "big"]) == {"small": 10, "big": 0}  # a small pod: "small" stays lower
+    heavy = ExtenderArgs(pod(1, cpu="2", memory="4Gi"), None, ["small", "big"])
+    got = {h["Host"]: h["Score"] for h in orjson.loads(ext.prioritize(heavy, encoded=True))}
+    assert got == {"small": 0, "big": 10}  # 2 cores are 42 % of small (after 0.85) but 2.7 % of big
+
+
+def test_hot_value_weighs_like_ten_percent_load_per_unit() -> None:
+    loads = {
+        "hot": make_node("hot", 0.20, hot=1),
+        "warm": make_node("warm", 0.28),
+        "busy": make_node("busy", 0.32),
+    }
+    hot = projected_load(loads["hot"], RELATIVE, NOW)
+    assert hot == pytest.approx(0.30)
+    assert scores(extender(loads, RELATIVE), ["hot", "warm", "busy"]) == {"hot": 5, "warm": 10, "busy": 0}
+
+
+def test_unmeasured_and_unknown_nodes_score_zero_and_stay_out_of_the_range() -> None:
+    loads = {"a": make_node("a", 0.30), "b": make_node("b", 0.60), "bare": NodeLoad("bare")}
+    assert scores(extender(loads, RELATIVE), ["a", "b", "bare", "ghost"]) == {
+        "a": 10,
+        "b": 0,
+        "bare": 0,
+        "ghost": 0,
+    }
+
+
+def test_scoring_is_a_validated_policy_field() -> None:
+    base = "apiVersion: scheduler.policy.crane.io/v1alpha1\nkind: DynamicSchedulerPolicy\nspec:\n"
+    assert parse_policy(base + "  syncPolicy: []\n").scoring == "relative"
+    assert parse_policy(base + "  scoring: crane\n").scoring == "crane"
+    assert parse_policy(base + "  scoring: crane\n").to_json()["scoring"] == "crane"
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(base + "  scoring: fancy\n", "p.yaml")
+    assert any(p == "spec.scoring" and "relative, crane" in r for p, r in exc.value.problems)
+
+
+# -- a burst, simulated ------------------------------------------------------------------------------
+
+
+PER_POD = (round(200 * 0.85) / CPU_MILLI + round((256 << 20) * 0.70) / MEMORY) / 2
+"""What one pod(i) adds to a node's projected load: its cpu and memory estimates, each half the weight."""
+
+
+def simulate_burst(policy, pods: int, seed: int) -> tuple[list[float], list[float], int]:
+    """Greedy kube-scheduler in process: filter, prioritize, bind to a random top-scored node (as
+    kube-scheduler's selectHost does among equal scores). Returns the nodes' projected load
+    (``projected_load``: annotated + estimates) before and after, and how many nodes ended over the cpu
+    limit."""
+    rng = random.Random(seed)
+    usage = [0.10 + 0.38 * i / 19 for i in range(20)]
+    rng.shuffle(usage)
+    loads = {f"n{i}": make_node(f"n{i}", u, policy=policy) for i, u in enumerate(usage)}
+    names = list(loads)
+    ext = extender(loads, policy)
+    assert ext.ledger is not None
+    for i in range(pods):
+        args = ExtenderArgs(pod(i), None, names)
+        passing = ext.filter(args)["NodeNames"]
+        got = scores(ext, passing, i) if len(passing) > 1 else {n: 10 for n in passing}
+        top = max(got.values(), default=None)
+        chosen = rng.choice([n for n in passing if got[n] == top])
+        ext.ledger.bound(pod_info(args.pod), f"u{i}", chosen, NOW)
+    before = [projected_load(loads[n], policy, NOW) for n in names]
+    after = [projected_load(loads[n], policy, NOW, ext.ledger.extra(loads[n], policy, NOW)) for n in names]
+    over = sum(
+        usage[i] + ext.ledger.extra(loads[n], policy, NOW).get("cpu_usage_avg_5m", 0.0) > LIMIT
+        for i, n in enumerate(names)
+    )
+    return before, after, over
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_burst_spreads_like_water_filling(seed: int) -> None:
+    before, after, over = simulate_burst(RELATIVE, 100, seed)
+    ideal = water_fill(before, [PER_POD] * 100)
+    assert sum(after) == pytest.approx(sum(ideal))  # every pod placed, as in the ideal
+    assert over == 0
+    assert cv(after) <= 1.25 * cv(ideal), (cv(after), cv(ideal))
+
+
+def test_crane_scoring_spreads_worse_than_the_default() -> None:
+    """What the default fixes: crane's 0.1-wide score steps let a burst pile onto ties."""
+    results = []
+    for seed in (1, 2, 3):
+        before, after, _ = simulate_burst(CRANE, 100, seed)
+        results.append(cv(after) / cv(water_fill(before, [PER_POD] * 100)))
+    assert min(results) > 1.25, results
+
+
+def test_water_fill_levels_the_lowest_first() -> None:
+    assert water_fill([0.1, 0.5, 0.3], [0.1] * 4) == pytest.approx([0.4, 0.5, 0.4])
+    assert water_fill([0.6, 0.62], [0.1], limit=0.65) == [0.6, 0.62]  # nothing fits: the pod stays pending
+    assert cv([1.0, 1.0]) == 0.0 and cv([1.0, 3.0]) == pytest.approx(0.5)
+
+
+def test_explain_and_nodes_rank_like_prioritize() -> None:
+    loads = {n: make_node(n, u) for n, u in (("a", 0.30), ("b", 0.33), ("c", 0.36))}
+    out = explain(extender(loads, RELATIVE), pod(0), ["a", "b", "c"], None)
+    got = {v["name"]: (v["score"]["score"], v["score"]["craneScore"]) for v in out["nodes"]}
+    assert got == {"a": (10, 7), "b": (5, 7), "c": (0, 6)}
+    assert out["favoured"] == "a"
+    crane = explain(extender(loads, CRANE), pod(0), ["a", "b", "c"], None)
+    assert [v["score"]["score"] for v in crane["nodes"]] == [7, 7, 6]

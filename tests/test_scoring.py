@@ -155,6 +155,8 @@ def test_scoring_is_a_validated_policy_field() -> None:
     assert parse_policy(base + "  syncPolicy: []\n").scoring == "relative"
     assert parse_policy(base + "  scoring: crane\n").scoring == "crane"
     assert parse_policy(base + "  scoring: crane\n").to_json()["scoring"] == "crane"
+    # spec.topology sits beside it (the validator used to reject it as an unknown field)
+    assert parse_policy(base + "  topology: {scoreWeight: 0.3}\n").topology.score_weight == 0.3
     with pytest.raises(PolicyError) as exc:
         parse_policy(base + "  scoring: fancy\n", "p.yaml")
     assert any(p == "spec.scoring" and "relative, crane" in r for p, r in exc.value.problems)

@@ -53,7 +53,7 @@ def make_node(name: str, usage: float, hot: int | None = None, policy=RELATIVE) 
         ann["node_hot_value"] = format_hot_value(hot, NOW - 30)
     alloc = {"cpu": f"{CPU_MILLI}m", "memory": str(MEMORY)}
     return parse_node(
-        {"metadata": {"name": name, "annotations": ann}, "status": {"allocatable": alloc}}, policy
+        {"metadata": {"name": name, "annotations": ann}, "status": {"allocatable": alloc}}, policy, NOW
     )
 
 

@@ -745,18 +745,15 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
 
 
 def rank_views(views: list[dict[str, Any]], policy: Policy) -> None:
-    """Relative scoring in /nodes and /explain: rank the passing nodes among themselves, as prioritize
-    would see them (it gets only those). Every ranked view keeps crane's absolute score as ``craneScore``;
-    a failing node scores 0. No-op under ``scoring: crane``."""
+    """Relative scoring in /nodes and /explain: rank the nodes shown among themselves, as prioritize ranks
+    the names it is sent. Every ranked view keeps crane's absolute score as ``craneScore``. No-op under
+    ``scoring: crane``."""
     if policy.scoring != "relative":
         return
-    ranked = [v for v in views if "projectedLoad" in v.get("score", {}) and v["filter"]["passes"]]
+    ranked = [v for v in views if "projectedLoad" in v.get("score", {})]
     scores = relative_scores([v["score"]["projectedLoad"] for v in ranked])
-    for v in views:
-        if "projectedLoad" in v.get("score", {}):
-            v["score"]["craneScore"] = v["score"]["score"]
-            v["score"]["score"] = 0
     for v, score in zip(ranked, scores, strict=True):
+        v["score"]["craneScore"] = v["score"]["score"]
         v["score"]["score"] = score
         pod_numa = (v.get("numa") or {}).get("pod")
         if "scoreWithNuma" in v["score"] and pod_numa is not None:

@@ -25,7 +25,7 @@ router = APIRouter(tags=["debugging"])
     description="Nodes come from the watch-driven cache, or without cluster access from recent whole-node "
     "requests: a node not sent again within `remembered.ttlSeconds` is forgotten, and at most "
     "`remembered.cap` are kept. The verdict and score are for a pod that requests nothing; under relative "
-    "scoring the score ranks the passing nodes among themselves (craneScore keeps crane's absolute score).",
+    "scoring the score ranks the nodes shown among themselves (craneScore keeps crane's absolute score).",
 )
 async def nodes(request: Request) -> JSONBytes:
     ext = services(request).extender

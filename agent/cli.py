@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.topology import CPUTopology, TopologyError
+from app.cliargs import HelpFormatter
 from app.durations import parse_duration
 
 __all__ = ["register", "run_agent", "show_topology", "topology_json"]
@@ -46,7 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description="Run the Ballast node agent on one node: discover its CPU/NUMA topology, publish it as a "
         "NodeResourceTopology, and pin exclusive cpusets. 'ballast agent topology' only prints what "
         "discovery finds.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
+        # Without a command the agent runs; argparse alone would print a bare "COMMAND ..." as if required.
+        usage="%(prog)s [OPTIONS]                                    run the node agent\n"
+        "       %(prog)s [OPTIONS] topology [--sysfs DIR] [--json]   print the discovered topology",
     )
     agent.add_argument(
         "--node-name",

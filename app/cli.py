@@ -6,10 +6,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from agent import cli as agent_cli
 from app import __version__
 from app.annotator import cli as annotator_cli
+from app.cliargs import HelpFormatter, positive_seconds, seconds
 from app.logs import LEVELS, setup_logging
 from app.policy import PolicyError, load_policy
 from common.exclusive import DEFAULT_SCHEDULERS
@@ -19,12 +21,12 @@ log = logging.getLogger("ballast")
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-level", choices=LEVELS, default="info", help="log verbosity (default: info)")
+    p.add_argument("--log-level", choices=LEVELS, default="info", help="log verbosity")
     p.add_argument(
         "--log-format",
         choices=("text", "json"),
         default="text",
-        help="text for people, json for log pipelines (default: text)",
+        help="text for people, json for log pipelines",
     )
 
 
@@ -35,7 +37,7 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
         description="Serve kube-scheduler's extender verbs over HTTP. Without cluster access every "
         "NodeNames-only request passes unscored; give --kubeconfig (or run in a cluster) to serve "
         "nodeCacheCapable: true and bind.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8888, help="port to listen on")
@@ -47,9 +49,9 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--policy-poll",
-        type=float,
-        default=2.0,
-        metavar="SECONDS",
+        type=seconds,
+        default="2s",
+        metavar="DURATION",
         help="how often to check the policy file for changes (0 disables; SIGHUP still reloads)",
     )
     p.add_argument(
@@ -60,16 +62,16 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--resync",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
+        type=positive_seconds,
+        default="5m",
+        metavar="DURATION",
         help="relist nodes and pods this often even when the watches are healthy",
     )
     p.add_argument(
         "--api-timeout",
-        type=float,
-        default=4.0,
-        metavar="SECONDS",
+        type=positive_seconds,
+        default="4s",
+        metavar="DURATION",
         help="timeout of one API call (keep it under the scheduler's httpTimeout so bind errors reach it)",
     )
     p.add_argument(
@@ -86,6 +88,11 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
         help="key (at least 32 bytes, e.g. a mounted Secret) to seal the topology results bind writes, so "
         "the agent can tell them from forged ones; give the agent the same key. With it, only sealed results "
         "count against NUMA zones",
+    )
+    p.add_argument(
+        "--quiet-access",
+        action="store_true",
+        help="do not log a line per request (method, path, status, milliseconds) at INFO",
     )
     add_common(p)
     p.set_defaults(func=run_extender)
@@ -125,16 +132,35 @@ def run_extender(args: argparse.Namespace) -> int:
         resync_seconds=args.resync,
         scheduler_names=args.scheduler_names or DEFAULT_SCHEDULERS,
         result_key=result_key,
+        access_log=not args.quiet_access,
     )
-    log.info(
-        "ballast extender %s listening on %s:%d with policy %s",
-        __version__,
-        args.host,
-        args.port,
-        args.policy,
-    )
-    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=args.log_level == "debug")
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False)
+    _listening_server(config, args.policy).run()
     return 0
+
+
+def _listening_server(config: Any, policy_path: str) -> Any:
+    """uvicorn's server, saying "listening on" only once the socket is bound (with the real port, which
+    ``--port 0`` picks); a port already in use ends the process with uvicorn's error instead."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if not self.started:
+                return
+            for server in self.servers:
+                for sock in server.sockets:
+                    host, port = sock.getsockname()[:2]
+                    log.info(
+                        "ballast extender %s listening on %s:%d with policy %s",
+                        __version__,
+                        host,
+                        port,
+                        policy_path,
+                    )
+
+    return Server(config)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import signal
 import time
@@ -14,10 +15,12 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 from pydantic import TypeAdapter
 
 from app import __version__, wire
-from app.api import debug, health, verbs
+from app.api import debug, errors, examples, health, verbs
+from app.api.access import AccessLog
 from app.api.state import Services
 from app.bind import Binder
 from app.cache import ClusterCache
@@ -44,10 +47,14 @@ _DOC_MODELS: dict[str, Any] = {
 }
 
 
-def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """Describe the wire models in components, since routes read raw bytes for speed."""
+def _openapi(app: FastAPI, clock: Callable[[], float]) -> Callable[[], dict[str, Any]]:
+    """Describe the wire models in components, since routes read raw bytes for speed.
 
-    def build() -> dict[str, Any]:
+    The document is built once; each call returns a copy with request examples dated by ``clock``, so
+    "Try it out" sends fresh load annotations however long the service has run.
+    """
+
+    def base() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
         schema = get_openapi(
@@ -59,10 +66,35 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
             comps.update(js.pop("$defs", {}))
             js["title"] = name
             comps[name] = js
+        for ops in schema["paths"].values():
+            for op in ops.values():
+                _tidy_responses(op.get("responses", {}))
+        # No route validates parameters (bodies are parsed by hand into 400s): no 422 can happen.
+        comps.pop("HTTPValidationError", None)
+        comps.pop("ValidationError", None)
         app.openapi_schema = schema
         return schema
 
+    def build() -> dict[str, Any]:
+        schema = copy.deepcopy(base())
+        for path, named in examples.request_examples(clock()).items():
+            body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+            body["examples"] = {k: {"summary": k, "value": v} for k, v in named.items()}
+        return schema
+
     return build
+
+
+def _tidy_responses(responses: dict[str, Any]) -> None:
+    """Drop FastAPI's guesses that contradict the declared ones: the 422 of a path parameter that any
+    string satisfies, and the ``"type": "string"`` it puts beside a ``$ref`` for a custom response class
+    (Swagger UI then shows the model as "string")."""
+    responses.pop("422", None)
+    for answer in responses.values():
+        for media in answer.get("content", {}).values():
+            schema = media.get("schema", {})
+            if "$ref" in schema:
+                media["schema"] = {"$ref": schema["$ref"]}
 
 
 DESCRIPTION = """
@@ -86,12 +118,13 @@ def create_app(
     clock: Callable[[], float] = time.time,
     scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
     result_key: bytes | None = None,
+    access_log: bool = True,
 ) -> FastAPI:
     """Build the extender app.
 
     Without ``kube`` it serves whole-node requests and keeps tentative estimates (holds) of the pods it
     scores. With ``kube`` (cluster access) it also watches nodes and pods, serves names-only requests
-    from that cache, and binds.
+    from that cache, and binds. ``access_log`` logs one INFO line per request (``ballast.access``).
     """
     metrics = metrics or ExtenderMetrics()
     store = PolicyStore(policy, policy_path, metrics)
@@ -144,17 +177,24 @@ def create_app(
             if cache is not None:
                 await asyncio.to_thread(cache.stop)
 
-    app = FastAPI(
+    # FastAPIOffline serves Swagger UI from files in its package, not from a CDN: the docs page works on a
+    # cluster without internet access. No ReDoc: its bundle still loads its logo from a CDN.
+    app = FastAPIOffline(
+        redoc_url=None,
         title="Ballast scheduler extender",
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        redirect_slashes=False,
     )
     app.state.services = svc
     app.include_router(verbs.router)
     app.include_router(debug.router)
     app.include_router(health.router)
-    app.openapi = _openapi(app)  # type: ignore[method-assign]
+    errors.install(app)
+    if access_log:
+        app.add_middleware(AccessLog)
+    app.openapi = _openapi(app, clock)  # type: ignore[method-assign]
     return app
 
 

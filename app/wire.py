@@ -215,9 +215,11 @@ class ExtenderPreemptionResult(BaseModel):
 
 
 class ErrorBody(BaseModel):
+    """Every error answer: ``field`` names what was wrong when one thing was (absent for a fault)."""
+
     error: str
-    field: str
-    reason: str
+    field: str | None = None
+    reason: str | None = None
 
 
 @dataclass(slots=True)

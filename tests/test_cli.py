@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import build_parser, main
+from tests.conftest import POLICY_FILE
 
 
 def test_help_explains_every_flag(capsys) -> None:
@@ -54,3 +55,78 @@ def test_unreadable_kubeconfig_exits_2(tmp_path: Path, capsys) -> None:
     policy = Path(__file__).resolve().parent.parent / "scheduler_config" / "policy.yaml"
     assert main(["extender", "--policy", str(policy), "--kubeconfig", str(cfg)]) == 2
     assert "cannot load kubeconfig" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("2s", 2.0), ("1m", 60.0), ("3", 3.0), ("0", 0.0), ("1.5", 1.5)]
+)
+def test_extender_policy_poll_takes_durations(text: str, seconds: float) -> None:
+    args = build_parser().parse_args(["extender", "--policy", "p.yaml", "--policy-poll", text])
+    assert args.policy_poll == seconds
+
+
+def test_extender_duration_defaults_are_seconds() -> None:
+    args = build_parser().parse_args(["extender", "--policy", "p.yaml"])
+    assert (args.policy_poll, args.resync, args.api_timeout) == (2.0, 300.0, 4.0)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["extender", "--policy", "p.yaml", "--policy-poll", "2 days"])
+
+
+@pytest.mark.parametrize("command", ["extender", "annotator", "agent"])
+def test_help_shows_each_default_once_and_no_none(command: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", command, "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    flat = " ".join(out.split())
+    assert "(default: None)" not in flat
+    assert flat.count("(default: info)") == 1, flat
+
+
+def test_agent_usage_shows_it_runs_without_a_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "agent", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    first = out.splitlines()[0]
+    assert first.startswith("usage: ballast agent [OPTIONS]") and "topology" not in first, out
+
+
+def test_listening_is_logged_after_the_port_is_bound() -> None:
+    """The line names the bound port (here one the OS picked), so it cannot come before the bind."""
+    import re
+    import socket
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "extender", "--policy", str(POLICY_FILE), "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = None
+        deadline = time.monotonic() + 60
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if m := re.search(r"listening on 127\.0\.0\.1:(\d+)", line):
+                port = int(m.group(1))
+        assert port and port != 0
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_port_in_use_never_says_listening() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "app.cli", "extender", "--policy", str(POLICY_FILE), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert r.returncode != 0
+    assert "listening on" not in r.stderr

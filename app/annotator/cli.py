@@ -9,19 +9,10 @@ from __future__ import annotations
 
 import argparse
 
+from app.cliargs import HelpFormatter
 from app.durations import parse_duration
 
 __all__ = ["register", "run_annotator"]
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Show defaults that say something: not None, False, empty, or ones the help already states."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if action.default in (None, False, "", []) or "default" in text:
-            return text
-        return super()._get_help_string(action)
 
 
 def _duration_or_off(text: str) -> float:
@@ -90,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description="Query Prometheus once per policy metric for all nodes, count recent pod bindings, "
         "and write both onto Node annotations (crane-scheduler's format) with one merge patch per node, "
         "only when something changed. Runs continuously under Lease leader election, or once with --once.",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--policy",

@@ -56,7 +56,14 @@ def _view(ext: Extender, load: NodeLoad, now: float) -> dict[str, Any]:
 
 
 @router.get(
-    "/nodes/{name}", summary="One node, as in /nodes", responses={404: {"description": "Unknown node"}}
+    "/nodes/{name}",
+    summary="One node, as in /nodes",
+    responses={
+        404: {
+            "description": "Unknown node",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        }
+    },
 )
 async def node(request: Request, name: str) -> JSONBytes:
     ext = services(request).extender

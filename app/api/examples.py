@@ -6,12 +6,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _stamp(now: float) -> str:
+    return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _node(name: str, cpu: str, mem: str, hot: str) -> dict[str, Any]:
-    ts = _now()
+def _node(name: str, cpu: str, mem: str, hot: str, now: float) -> dict[str, Any]:
+    ts = _stamp(now)
     return {
         "metadata": {
             "name": name,
@@ -45,12 +45,16 @@ POD: dict[str, Any] = {
 }
 
 
-def filter_example() -> dict[str, Any]:
+def filter_example(now: float) -> dict[str, Any]:
+    """Whole nodes whose annotations are dated ``now``, so they are fresh whenever the page is loaded."""
     return {
         "Pod": POD,
         "Nodes": {
             "metadata": {},
-            "items": [_node("node-a", "0.30000", "0.40000", "0"), _node("node-b", "0.83000", "0.86000", "4")],
+            "items": [
+                _node("node-a", "0.30000", "0.40000", "0", now),
+                _node("node-b", "0.83000", "0.86000", "4", now),
+            ],
         },
         "NodeNames": None,
     }
@@ -74,3 +78,16 @@ PREEMPT = {
         "node-a": {"Pods": [{"UID": "0b3c6f0e-1111-4d7a-9c55-3e0f0f0f0f0f"}], "NumPDBViolations": 0}
     },
 }
+
+
+def request_examples(now: float) -> dict[str, dict[str, Any]]:
+    """The request-body examples of each POST path, built per call of the OpenAPI document: timestamps
+    fixed at import would be stale (and every node fail) minutes after start."""
+    verbs = {"whole nodes": filter_example(now), "names only": names_example()}
+    return {
+        "/filter": verbs,
+        "/prioritize": verbs,
+        "/explain": {"whole nodes": filter_example(now), "every known node": {"Pod": POD}},
+        "/preempt": {"meta victims": PREEMPT},
+        "/bind": {"bind": BIND},
+    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app import __version__
@@ -47,9 +47,13 @@ async def readyz(request: Request) -> JSONBytes:
     return JSONBytes(body, status_code=200 if not problems else 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics")
-async def metrics(request: Request) -> Response:
-    return Response(generate_latest(services(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+@router.get(
+    "/metrics", summary="Prometheus metrics (text exposition format)", response_class=PlainTextResponse
+)
+async def metrics(request: Request) -> PlainTextResponse:
+    return PlainTextResponse(
+        generate_latest(services(request).metrics.registry), media_type=CONTENT_TYPE_LATEST
+    )
 
 
 @router.get("/policy", summary="The active policy, normalised (durations in seconds)")

@@ -17,7 +17,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.api import examples
 from app.api.responses import JSONBytes, error
 from app.api.state import services
 from app.wire import BadRequest, parse_binding_args, parse_extender_args, parse_object
@@ -26,16 +25,12 @@ log = logging.getLogger("ballast.api")
 router = APIRouter(tags=["extender verbs"])
 
 
-def _body_doc(schema: str, examples_: dict[str, Any]) -> dict[str, Any]:
+def _body_doc(schema: str) -> dict[str, Any]:
+    """The request body; its examples are filled per request of the document (``app.main``)."""
     return {
         "requestBody": {
             "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {"$ref": f"#/components/schemas/{schema}"},
-                    "examples": {k: {"summary": k, "value": v} for k, v in examples_.items()},
-                }
-            },
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
         }
     }
 
@@ -111,9 +106,7 @@ async def _run(
         "`NodeNames`. Rejected nodes are in `FailedNodes` with a reason naming the metric, its value, the "
         "limit and the value's age."
     ),
-    openapi_extra=_body_doc(
-        "ExtenderArgs", {"whole nodes": examples.filter_example(), "names only": examples.names_example()}
-    ),
+    openapi_extra=_body_doc("ExtenderArgs"),
     responses=_responses("ExtenderFilterResult"),
     response_class=JSONBytes,
 )
@@ -143,9 +136,7 @@ async def filter_nodes(request: Request):
         "linear between. With `scoring: crane`, crane's weighted least-used formula minus the hot-value "
         "penalty, mapped from 0..100 to 0..10."
     ),
-    openapi_extra=_body_doc(
-        "ExtenderArgs", {"whole nodes": examples.filter_example(), "names only": examples.names_example()}
-    ),
+    openapi_extra=_body_doc("ExtenderArgs"),
     responses=_responses("HostPriorityList"),
     response_class=JSONBytes,
 )
@@ -168,7 +159,7 @@ async def prioritize_nodes(request: Request):
         "victims as `NodeNameToMetaVictims`. Accepts `NodeNameToVictims` (whole pods) or "
         "`NodeNameToMetaVictims` (UIDs)."
     ),
-    openapi_extra=_body_doc("ExtenderPreemptionArgs", {"meta victims": examples.PREEMPT}),
+    openapi_extra=_body_doc("ExtenderPreemptionArgs"),
     responses=_responses("ExtenderPreemptionResult"),
     response_class=JSONBytes,
 )
@@ -190,7 +181,7 @@ async def preempt(request: Request):
         "(409 conflict, 404 pod gone, timeouts) come back in `Error` with the API server's message. Needs "
         "cluster access (`--kubeconfig` or in-cluster)."
     ),
-    openapi_extra=_body_doc("ExtenderBindingArgs", {"bind": examples.BIND}),
+    openapi_extra=_body_doc("ExtenderBindingArgs"),
     responses=_responses("ExtenderBindingResult"),
     response_class=JSONBytes,
 )

@@ -405,13 +405,29 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
 
 
 def parse_policy(text: str, source: str = "<memory>") -> Policy:
+    """Parse and validate policy text. Any failure, even one the checks did not foresee (YAML nested
+    deeper than the recursion limit, an integer too large for a float, a time zone name the OS cannot
+    open), is a ``PolicyError``: callers refuse the policy one way instead of crashing or, on a reload,
+    keeping a policy they report as loaded."""
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(document)"
         raise PolicyError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from exc
-    return build_policy(document, source)
+    except RecursionError as exc:
+        raise PolicyError(source, [("(document)", "nested too deeply")]) from exc
+    except Exception as exc:
+        raise PolicyError(source, [("(document)", f"cannot load: {type(exc).__name__}: {exc}")]) from exc
+    try:
+        return build_policy(document, source)
+    except PolicyError:
+        raise
+    except RecursionError as exc:
+        raise PolicyError(source, [("(document)", "nested too deeply")]) from exc
+    except Exception as exc:
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        raise PolicyError(source, [("(document)", f"cannot be used: {message}")]) from exc
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -110,8 +110,8 @@ class PolicyStore:
         try:
             policy = load_policy(self.path)
             if self._check is not None and (problem := self._check(policy)):
-                raise PolicyError(f"{self.path}: {problem}")
-        except PolicyError as exc:
+                raise PolicyError(str(self.path), [("(policy)", problem)])
+        except Exception as exc:
             with self._lock:
                 self.failure = ReloadFailure(str(exc), time.time())
             log.error("policy reload (%s) refused, keeping the last good policy: %s", reason, exc)

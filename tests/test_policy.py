@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from app.policy import PolicyError, load_policy, parse_policy
 from tests.conftest import POLICY_FILE
@@ -160,3 +162,94 @@ def test_estimation_settings() -> None:
         64 << 20,
     )
     assert (e.ttl, e.tentative_ttl) == (600, 15)
+
+
+# --- every bad file is refused the same way; every documented field is accepted ---------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("spec: " + "[" * 1000 + "]" * 1000 + "\n", id="nested-1000-deep"),
+        pytest.param(
+            BASE + "  priority:\n    - {name: cpu_usage_avg_5m, weight: " + "9" * 400 + "}\n", id="huge-int"
+        ),
+        pytest.param(BASE + "  legacyTimeZone: " + "A" * 300 + "\n", id="time-zone-over-255"),
+    ],
+)
+def test_any_loading_failure_is_a_policy_error(text: str, tmp_path: Path) -> None:
+    with pytest.raises(PolicyError) as err:
+        parse_policy(text)
+    assert "\n" not in str(err.value)
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError):
+        load_policy(path)
+
+
+def test_reload_of_an_unforeseen_failure_is_refused(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from app.policy_store import PolicyStore, policy_reload_metrics
+
+    registry = CollectorRegistry()
+    reloads, ok = policy_reload_metrics("ballast", registry)
+
+    class Metrics:
+        policy_reloads = reloads
+        policy_ok = ok
+
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE)
+    store = PolicyStore(load_policy(path), path, Metrics())
+    path.write_text(BASE + "  legacyTimeZone: " + "A" * 300 + "\n")
+    assert store.reload("test") is False
+    assert store.failure is not None and "\n" not in store.failure.error
+    assert registry.get_sample_value("ballast_policy_last_reload_ok") == 0
+    # a check that refuses a policy is a refused policy too, not a TypeError
+    refusing = PolicyStore(parse_policy(BASE), path, Metrics(), check=lambda p: "unusable here")
+    path.write_text(BASE)
+    assert refusing.reload("test") is False
+    assert refusing.failure is not None and "unusable here" in refusing.failure.error
+
+
+def _documented_spec_fields() -> set[str]:
+    readme = (REPO / "README.md").read_text()
+    return set(re.findall(r"^\| `spec\.(\w+)", readme, flags=re.M))
+
+
+def test_every_documented_spec_field_is_accepted() -> None:
+    fields = _documented_spec_fields()
+    assert {"syncPolicy", "topology", "estimation"} <= fields
+    with pytest.raises(PolicyError) as err:
+        parse_policy(BASE + "  zzUnknown: 1\n")
+    ((path, reason),) = err.value.problems
+    assert path == "spec.zzUnknown"
+    for name in sorted(fields):
+        assert name in reason, f"spec.{name} is documented but refused as an unknown field"
+
+
+def test_documented_topology_example_loads() -> None:
+    policy = parse_policy(BASE + "  topology: {awareResources: [cpu, memory], scoreWeight: 0.3}\n")
+    assert policy.topology.memory_aware and policy.topology.score_weight == 0.3
+
+
+def _policy_documents() -> list[tuple[str, str]]:
+    """Every policy the repository ships or shows: the policy files, the ConfigMap's copy and every YAML
+    block in README.md and docs/ that is a DynamicSchedulerPolicy."""
+    found = [("scheduler_config/policy.yaml", (REPO / "scheduler_config/policy.yaml").read_text())]
+    for doc in yaml.safe_load_all((REPO / "scheduler_config/deploy/policy.yaml").read_text()):
+        for key, text in (doc or {}).get("data", {}).items():
+            found.append((f"deploy/policy.yaml:{key}", text))
+    for md in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for i, block in enumerate(re.findall(r"^```ya?ml\n(.*?)^```", md.read_text(), flags=re.M | re.S)):
+            if "DynamicSchedulerPolicy" in block:
+                found.append((f"{md.name} block {i}", block))
+    return found
+
+
+@pytest.mark.parametrize("name,text", _policy_documents(), ids=[n for n, _ in _policy_documents()])
+def test_every_shipped_or_documented_policy_loads(name: str, text: str) -> None:
+    parse_policy(text, name)

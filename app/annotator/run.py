@@ -339,21 +339,28 @@ async def _watch_policy(
     what the extender uses is taken without a restart; a refused one leaves everything as it is."""
     tick = 0.25
     waited = 0.0
-    while not loop_stop.is_set():
-        if stop.is_set():
-            break
-        if hangup.is_set() or (poll and waited >= poll):
-            changed = store.reload("SIGHUP") if hangup.is_set() else store.reload_if_changed()
-            hangup.clear()
-            waited = 0.0
-            if changed and _what_the_annotator_uses(store.current) != _what_the_annotator_uses(running):
+    try:
+        while not loop_stop.is_set():
+            if stop.is_set():
                 break
-            if changed:
-                log.info("the policy change concerns only the extender: the annotator carries on")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(hangup.wait(), tick)
-        waited += tick
-    loop_stop.set()
+            if hangup.is_set() or (poll and waited >= poll):
+                try:
+                    changed = store.reload("SIGHUP") if hangup.is_set() else store.reload_if_changed()
+                except Exception:
+                    log.exception("policy reload failed unexpectedly; keeping the running policy")
+                    changed = False
+                hangup.clear()
+                waited = 0.0
+                if changed and _what_the_annotator_uses(store.current) != _what_the_annotator_uses(running):
+                    break
+                if changed:
+                    log.info("the policy change concerns only the extender: the annotator carries on")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hangup.wait(), tick)
+            waited += tick
+    finally:
+        # Whatever ends the watcher ends this generation, so a stop request is never lost.
+        loop_stop.set()
 
 
 async def _serve_with(

@@ -69,6 +69,7 @@ KINDS = {
     "Deployment": ("apps/v1", True),
     "DaemonSet": ("apps/v1", True),
     "PodDisruptionBudget": ("policy/v1", True),
+    "NetworkPolicy": ("networking.k8s.io/v1", True),
 }
 RBAC_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*"}
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -673,6 +674,7 @@ def test_dockerfile_entrypoint_user_and_bytecode() -> None:
     args = cli.build_parser().parse_args(cmd.exec_form)
     policy_copy = next(parse_copy(i) for i in final.all("COPY") if "policy.yaml" in i.value)
     assert args.command == "extender" and args.policy == policy_copy.dest
+    assert args.host == "127.0.0.1", "the unauthenticated extender listens on loopback unless told otherwise"
 
 
 def test_dockerfile_installs_pinned_versions() -> None:
@@ -932,3 +934,40 @@ def test_the_operator_guide_has_no_local_paths() -> None:
     for path in (OPERATORS, *FILES, ROOT / "Dockerfile", ROOT / ".dockerignore", LOCK):
         text = path.read_text()
         assert "/work/" not in text and "/tmp/" not in text and "/home/" not in text, path
+
+
+# ------------------------------------------------------------------------------------ network policies
+
+
+def test_network_policies_admit_only_the_metrics_ports_of_the_annotator_and_the_agent() -> None:
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "network-policy.yaml").read_text()) if d]
+    workloads = {
+        d["metadata"]["name"]: d
+        for p in (DEPLOY / "annotator.yaml", DEPLOY / "agent.yaml")
+        for d in yaml.safe_load_all(p.read_text())
+        if d and d["kind"] in ("Deployment", "DaemonSet")
+    }
+    covered = set()
+    for d in docs:
+        assert d["apiVersion"] == "networking.k8s.io/v1" and d["kind"] == "NetworkPolicy"
+        spec = d["spec"]
+        assert spec["policyTypes"] == ["Ingress"]
+        selector = spec["podSelector"]["matchLabels"]
+        matched = [
+            w
+            for w in workloads.values()
+            if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert len(matched) == 1, d["metadata"]["name"]
+        (pod,) = matched
+        assert d["metadata"]["namespace"] == pod["metadata"]["namespace"]
+        ports = {
+            p["containerPort"]
+            for c in pod["spec"]["template"]["spec"]["containers"]
+            for p in c.get("ports", [])
+        }
+        allowed = {p["port"] for rule in spec["ingress"] for p in rule["ports"]}
+        assert allowed == ports, "exactly the metrics port, nothing more"
+        assert all(rule.get("from") for rule in spec["ingress"]), "never from everywhere"
+        covered.add(pod["metadata"]["name"])
+    assert len(covered) == 2

@@ -11,6 +11,7 @@ from typing import Any
 from agent import cli as agent_cli
 from app import __version__
 from app.annotator import cli as annotator_cli
+from app.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
 from app.cliargs import HelpFormatter, positive_seconds, seconds
 from app.logs import LEVELS, setup_logging
 from app.policy import PolicyError, load_policy
@@ -94,6 +95,20 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="do not log a line per request (method, path, status, milliseconds) at INFO",
     )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        metavar="BYTES",
+        help="refuse larger request bodies with 413, before reading them when Content-Length says so",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="a request body must arrive within this time, else 408 and the connection is closed",
+    )
     add_common(p)
     p.set_defaults(func=run_extender)
 
@@ -133,6 +148,8 @@ def run_extender(args: argparse.Namespace) -> int:
         scheduler_names=args.scheduler_names or DEFAULT_SCHEDULERS,
         result_key=result_key,
         access_log=not args.quiet_access,
+        max_body_bytes=args.max_body_bytes,
+        body_timeout=args.body_timeout,
     )
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False)
     _listening_server(config, args.policy).run()

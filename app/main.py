@@ -21,6 +21,7 @@ from pydantic import TypeAdapter
 from app import __version__, wire
 from app.api import debug, errors, examples, health, verbs
 from app.api.access import AccessLog
+from app.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
 from app.api.state import Services
 from app.bind import Binder
 from app.cache import ClusterCache
@@ -116,6 +117,8 @@ def create_app(
     resync_seconds: float = 300.0,
     background: list[Callable[[], Any]] | None = None,
     clock: Callable[[], float] = time.time,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS,
     scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
     result_key: bytes | None = None,
     access_log: bool = True,
@@ -146,7 +149,15 @@ def create_app(
         binder = Binder(
             kube, ledger, clock, pre_bind=[NumaPreBind(kube, cache, store, extender.numa_seen, result_key)]
         )
-    svc = Services(store=store, metrics=metrics, extender=extender, cache=cache, binder=binder)
+    svc = Services(
+        store=store,
+        metrics=metrics,
+        extender=extender,
+        cache=cache,
+        binder=binder,
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+    )
     if cache is not None:
         svc.readiness.append(cache.readiness)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import Request
 
+from app.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
 from app.extender import Extender
 from app.metrics import ExtenderMetrics
 from app.policy_store import PolicyStore
@@ -23,6 +24,10 @@ class Services:
     binder: Any = None
     """Creates Bindings (``app.bind``), when the extender runs with cluster access."""
     readiness: list[Callable[[], str | None]] = field(default_factory=list)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Larger request bodies are refused with 413 (``--max-body-bytes``)."""
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS
+    """A request body must arrive within this many seconds, else 408 (``--body-timeout``)."""
     """Checks for /readyz: each returns ``None`` when ready, else why not."""
 
 

@@ -16,7 +16,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
+from app.api.body import BodyTimeout, BodyTooLarge, read_body
 from app.api.responses import JSONBytes, error
 from app.api.state import services
 from app.wire import BadRequest, parse_binding_args, parse_extender_args, parse_object
@@ -73,9 +75,9 @@ async def _run(
     """Answer one verb: read the body, decide (in a thread when ``fn`` does blocking I/O), count and time."""
     svc = services(request)
     start = time.perf_counter()
-    code = 200
+    code = "200"
     try:
-        body = await request.body()
+        body = await read_body(request, svc.max_body_bytes, svc.body_timeout)
         if threaded:
             result = await asyncio.to_thread(fn, body)
         else:
@@ -86,13 +88,29 @@ async def _run(
             else JSONBytes(result)
         )
     except BadRequest as exc:
-        code = 400
+        code = "400"
         log.info("%s: bad request: %s", verb, exc)
         response = error(400, exc.field, exc.reason)
-    except Exception as exc:  # a bug must not become a 500 on the scheduler's critical path
+    except BodyTooLarge as exc:
+        code = "413"
+        log.info("%s: body refused: %s", verb, exc)
+        response = error(413, "(body)", str(exc))
+        response.headers["Connection"] = "close"
+    except BodyTimeout as exc:
+        code = "408"
+        log.info("%s: %s", verb, exc)
+        response = error(408, "(body)", str(exc))
+        response.headers["Connection"] = "close"
+    except ClientDisconnect:
+        # The caller went away (a scheduler timeout, a restart): nothing is wrong here.
+        code = "disconnect"
+        log.info("%s: the client disconnected before sending the whole body", verb)
+        response = Response(status_code=400)
+    except Exception as exc:  # a bug must not become an HTTP 500 on the scheduler's critical path
+        code = "500"  # counted as the fault it is, answered in the shape kube-scheduler understands
         log.exception("%s: internal error", verb)
         response = JSONBytes(on_fault(f"ballast internal error in {verb}: {type(exc).__name__}: {exc}"))
-    svc.metrics.requests.labels(verb, str(code)).inc()
+    svc.metrics.requests.labels(verb, code).inc()
     svc.metrics.latency.labels(verb).observe(time.perf_counter() - start)
     return response
 

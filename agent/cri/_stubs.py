@@ -10,8 +10,9 @@ release that generated it). Three cases, tried in this order by ``load()``:
 2. **Editable installs and source checkouts** have no stubs in the tree. At first import, when
    ``grpc_tools`` is importable, protoc writes them into a cache directory keyed by the hash of the proto
    and the protobuf/grpc versions (``$BALLAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/ballast``, else
-   ``~/.cache/ballast``; a temporary directory when none is writable). Generation goes to a scratch
-   directory that is renamed into place, so concurrent first imports cannot see half-written files.
+   ``~/.cache/ballast``; a private directory made with mkdtemp for this process when none is writable,
+   never a fixed path under the temporary directory). Generation goes to a scratch directory that is
+   renamed into place, so concurrent first imports cannot see half-written files.
    The cache directory is appended to ``agent.cri.__path__``: the modules import as
    ``agent.cri.api_pb2`` exactly as in case 1, and the generated ``api_pb2_grpc`` finds its sibling.
 3. Neither: ``ImportError`` saying what to install.
@@ -100,14 +101,24 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ballast"
 
 
+def _with_private_fallback(candidates: list[Path]):
+    """``candidates``, then (only if every one failed) a private directory made for this process."""
+    yield from candidates
+    private = Path(tempfile.mkdtemp(prefix="ballast-cri-"))
+    candidates.append(private)
+    yield private
+
+
 def _generate_cached(proto: str, include_root: Path) -> Path:
     """Stubs for ``proto`` in the cache (generated on first use); returns the generated package dir."""
     text = (include_root / proto).read_bytes()
     key = _versions_key(text)
     rel_dir = Path(proto).parent
-    candidates = [cache_root(), Path(tempfile.gettempdir()) / f"ballast-{os.getuid()}"]
+    # The fallback is a fresh private directory (mkdtemp: mode 0700, unpredictable name), never a fixed
+    # path under /tmp that another user could create first and fill with code this process would import.
+    candidates = [cache_root()]
     last_error: OSError | None = None
-    for base in candidates:
+    for base in _with_private_fallback(candidates):
         target = base / "cri-stubs" / key
         if (target / rel_dir / f"{Path(proto).stem}_pb2_grpc.py").exists():
             return target / rel_dir

@@ -33,6 +33,8 @@ bench: install-test
 	$(BIN)/python -m bench.annotator_bench
 	$(BIN)/python -m bench.cpu_assignment_bench
 	$(BIN)/python -m bench.reconcile_bench
+	$(BIN)/python -m bench.cluster_bench
+	$(BIN)/python -m bench.burst_bench
 
 lint: install-test
 	$(BIN)/ruff check .

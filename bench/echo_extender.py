@@ -39,3 +39,36 @@ async def prioritize(request: Request) -> Response:
     else:
         names = args.get("NodeNames") or []
     return _json([{"Host": n, "Score": 0} for n in names])
+
+
+_KUBE = None
+
+
+def _kube():
+    """The same API client Ballast binds with, from ``ECHO_KUBECONFIG`` (the cluster bench sets it)."""
+    global _KUBE
+    if _KUBE is None:
+        import os
+
+        from app.kube import Kube, load_api_client
+
+        _KUBE = Kube(load_api_client(os.environ["ECHO_KUBECONFIG"]))
+    return _KUBE
+
+
+@app.post("/bind")
+def bind(body: dict) -> Response:
+    """Create the Binding and nothing else: the floor for an extender that binds (run in the thread pool,
+    as Ballast's bind is)."""
+    ns, name = body.get("PodNamespace", ""), body.get("PodName", "")
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": ns} | ({"uid": body["PodUID"]} if body.get("PodUID") else {}),
+        "target": {"apiVersion": "v1", "kind": "Node", "name": body.get("Node", "")},
+    }
+    try:
+        _kube().create(f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+    except Exception as exc:  # the scheduler retries; the bench counts bindings, not errors
+        return _json({"Error": str(exc)})
+    return _json({"Error": ""})

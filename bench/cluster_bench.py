@@ -1,0 +1,289 @@
+"""Throughput under the real kube-scheduler: how fast a backlog drains with and without an extender.
+
+A loopback control plane (etcd + kube-apiserver + kube-scheduler v1.36.2, ``tests/cluster``) holds 100
+nodes with fresh load annotations. For each run a backlog of small pods is created while no scheduler
+runs; then kube-scheduler starts and drains it, and a pod watch times the first to the last binding.
+Modes alternate within one run of the bench, so machine noise hits them alike:
+
+- ``none``: kube-scheduler alone;
+- ``echo``: a bare FastAPI extender (``bench.echo_extender``: filter + prioritize, names mode) - the floor;
+- ``ballast``: ``ballast extender`` with the same verbs and its watch-driven cache;
+- ``echo-bind``: the echo extender also binding (it creates the Binding with the client Ballast uses);
+- ``ballast-bind``: Ballast with bind, as ``scheduler-config-node-cache.yaml`` ships it.
+
+    python -m bench.cluster_bench [--rounds 3] [--pods 500] [--nodes 100]
+
+Needs the control-plane binaries (``../shared/k8s`` or ``BALLAST_KUBE_BIN``) and etcd; see tests/cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from bench.harness import ballast_cmd, echo_cmd, free_port, serve
+from tests.cluster.controlplane import ControlPlane, node_body, pod_body, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICY = ROOT / "scheduler_config" / "policy.yaml"
+SCHEDULER = "ballast-scheduler"
+MODES = ("none", "echo", "ballast", "echo-bind", "ballast-bind")
+METRICS = (
+    "cpu_usage_avg_5m",
+    "cpu_usage_max_avg_1h",
+    "cpu_usage_max_avg_1d",
+    "mem_usage_avg_5m",
+    "mem_usage_max_avg_1h",
+    "mem_usage_max_avg_1d",
+)
+
+
+def stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def annotations(usage: float) -> dict[str, str]:
+    """Every policy metric at ``usage``, measured now (fresh for the metric's period + 5m)."""
+    now = stamp()
+    return {m: f"{usage:.5f},{now}" for m in METRICS}
+
+
+def scheduler_config(url: str | None, bind: bool) -> dict[str, Any]:
+    """The shipped profile and extender settings; no extender for ``url=None``."""
+    # kube-scheduler's API client defaults to 50 QPS (burst 100), which alone caps a drain near 60 pods/s
+    # whatever the extender does; lifted here so the bench measures the scheduling path, not the throttle.
+    config: dict[str, Any] = {
+        "profiles": [{"schedulerName": SCHEDULER}],
+        "clientConnection": {"qps": 1000, "burst": 1000},
+    }
+    if url is not None:
+        ext: dict[str, Any] = {
+            "urlPrefix": url,
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "weight": 3,
+            "nodeCacheCapable": True,
+            "ignorable": False,
+            "httpTimeout": "5s",
+        }
+        if bind:
+            ext["bindVerb"] = "bind"
+        config["extenders"] = [ext]
+    return config
+
+
+class Api:
+    """Plain JSON requests to the loopback API server (the admin client certificate), kept cheap so the
+    bench process itself does not slow the drain it measures."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.base = cp.server_url
+        self.ctx = cp.ssl_context()
+        self.http = httpx.Client(base_url=self.base, verify=self.ctx, timeout=60)
+
+    def get(self, path: str) -> dict[str, Any]:
+        r = self.http.get(path)
+        r.raise_for_status()
+        return orjson.loads(r.content)
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = self.http.post(path, content=orjson.dumps(body), headers={"Content-Type": "application/json"})
+        r.raise_for_status()
+        return orjson.loads(r.content)
+
+    def patch(self, path: str, body: dict[str, Any]) -> None:
+        r = self.http.patch(
+            path, content=orjson.dumps(body), headers={"Content-Type": "application/merge-patch+json"}
+        )
+        r.raise_for_status()
+
+    def delete(self, path: str) -> None:
+        self.http.delete(path).raise_for_status()
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.get("/api/v1/namespaces/default/pods")["items"]
+
+
+def create_nodes(api: Api, count: int, loads: list[float]) -> list[str]:
+    names = []
+    for i in range(count):
+        body = node_body(f"node-{i:03d}", cpu="8", memory="32Gi", annotations=annotations(loads[i]))
+        api.post("/api/v1/nodes", body)
+        api.patch(f"/api/v1/nodes/{body['metadata']['name']}/status", {"status": body["status"]})
+        names.append(body["metadata"]["name"])
+    return names
+
+
+def refresh_loads(api: Api, names: list[str], loads: list[float]) -> None:
+    """Fresh timestamps before each run, so no value goes stale during a long bench."""
+    for name, usage in zip(names, loads, strict=True):
+        api.patch(f"/api/v1/nodes/{name}", {"metadata": {"annotations": annotations(usage)}})
+
+
+def clear_pods(api: Api) -> None:
+    api.delete("/api/v1/namespaces/default/pods?gracePeriodSeconds=0")
+    wait_until(lambda: not api.pods(), None, "pods deleted", 120)
+
+
+class BindWatch:
+    """Watches pods from a resourceVersion and notes when each one is first seen bound."""
+
+    def __init__(self, cp: ControlPlane, expected: set[str]) -> None:
+        self.expected = expected
+        self.bound: dict[str, float] = {}
+        self.node_of: dict[str, str] = {}
+        self.done = threading.Event()
+        self.api = Api(cp)
+        rv = self.api.get("/api/v1/namespaces/default/pods")["metadata"]["resourceVersion"]
+        self.thread = threading.Thread(target=self._run, args=(rv,), daemon=True)
+        self.thread.start()
+
+    def _run(self, rv: str) -> None:
+        try:
+            self._watch(rv)
+        except Exception as exc:  # shown, not swallowed: a dead watch would look like a stuck drain
+            print(f"pod watch failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+    def _watch(self, rv: str) -> None:
+        """The API server ends a watch whose reader falls behind a burst: resume from the last version."""
+        while not self.done.is_set():
+            path = f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}&timeoutSeconds=600"
+            with self.api.http.stream("GET", path, timeout=None) as resp:
+                for line in resp.iter_lines():
+                    if not line:
+                        continue
+                    event = orjson.loads(line)
+                    obj = event["object"]
+                    if event["type"] == "ERROR":
+                        raise RuntimeError(f"watch error: {obj}")
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    name = obj["metadata"].get("name")
+                    node = obj.get("spec", {}).get("nodeName")
+                    if node and name in self.expected and name not in self.bound:
+                        self.bound[name] = time.monotonic()
+                        self.node_of[name] = node
+                        if len(self.bound) == len(self.expected):
+                            self.done.set()
+                            return
+
+    def wait(self, timeout: float) -> bool:
+        return self.done.wait(timeout)
+
+
+def drain(
+    cp: ControlPlane, api: Api, config: dict[str, Any], pods: list[dict[str, Any]], timeout: float = 120
+) -> tuple[float, dict[str, str]]:
+    """Create the backlog with no scheduler running, start kube-scheduler, wait for every binding.
+    Returns pods per second from the first to the last binding, and pod -> node."""
+    cp.stop_scheduler()
+    clear_pods(api)
+    names = {p["metadata"]["name"] for p in pods}
+    watch = BindWatch(cp, names)
+    for p in pods:
+        api.post("/api/v1/namespaces/default/pods", p)
+    cp.start_scheduler(config)
+    try:
+        if not watch.wait(timeout):
+            really = sum(1 for p in api.pods() if p["spec"].get("nodeName"))
+            raise RuntimeError(
+                f"the watch saw {len(watch.bound)} of {len(names)} pods bound in {timeout:.0f} s "
+                f"(the API has {really} bound)"
+            )
+    finally:
+        cp.stop_scheduler()
+    times = sorted(watch.bound.values())
+    return (len(times) - 1) / max(times[-1] - times[0], 1e-9), dict(watch.node_of)
+
+
+def small_pods(count: int, prefix: str) -> list[dict[str, Any]]:
+    return [
+        pod_body(f"{prefix}-{i:04d}", scheduler_name=SCHEDULER, requests={"cpu": "50m", "memory": "64Mi"})
+        for i in range(count)
+    ]
+
+
+@contextlib.contextmanager
+def extenders(cp: ControlPlane, log_level: str) -> Iterator[dict[str, str]]:
+    """The echo extender and Ballast (with its node cache), each in its own process."""
+    echo_port, ballast_port = free_port(), free_port()
+    ballast = ballast_cmd(ballast_port, str(POLICY), "--kubeconfig", str(cp.kubeconfig), "--policy-poll", "0")
+    if log_level:
+        ballast[ballast.index("--log-level") + 1] = log_level
+    env = {"ECHO_KUBECONFIG": str(cp.kubeconfig)}
+    with serve(echo_cmd(echo_port), echo_port, env) as echo_url, serve(ballast, ballast_port) as ballast_url:
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"{ballast_url}/readyz", timeout=5) as resp:
+                return resp.status == 200
+
+        wait_until(ready, None, "ballast /readyz", 60)
+        yield {"echo": echo_url, "ballast": ballast_url}
+
+
+def mode_config(mode: str, urls: dict[str, str]) -> dict[str, Any]:
+    if mode == "none":
+        return scheduler_config(None, False)
+    return scheduler_config(urls[mode.removesuffix("-bind")], mode.endswith("-bind"))
+
+
+def summary(values: list[float]) -> str:
+    return f"{statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pods", type=int, default=500)
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
+    parser.add_argument(
+        "--ballast-log-level", default="info", help="Ballast's --log-level (info: as deployed by default)"
+    )
+    args = parser.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    rng = random.Random(14)
+    loads = [rng.uniform(0.10, 0.40) for _ in range(args.nodes)]
+    results: dict[str, list[float]] = {m: [] for m in modes}
+    print(f"cluster bench: {args.nodes} nodes, {args.pods} pods, {args.rounds} rounds")
+    with ControlPlane() as cp:
+        api = Api(cp)
+        names = create_nodes(api, args.nodes, loads)
+        with extenders(cp, args.ballast_log_level) as urls:
+            for r in range(args.rounds):
+                for mode in modes:
+                    refresh_loads(api, names, loads)
+                    rate, _ = drain(cp, api, mode_config(mode, urls), small_pods(args.pods, f"r{r}-{mode}"))
+                    results[mode].append(rate)
+                    print(f"  round {r + 1} {mode:13s} {rate:7.1f} pods/s", flush=True)
+    print(f"\n| mode | pods/s median (range over {args.rounds} runs) |")
+    print("|---|---:|")
+    for mode in modes:
+        print(f"| {mode} | {summary(results[mode])} |")
+    for ours, floor in (("ballast", "echo"), ("ballast-bind", "echo-bind")):
+        if results.get(ours) and results.get(floor):
+            ratios = [a / b for a, b in zip(results[ours], results[floor], strict=True)]
+            of_medians = statistics.median(results[ours]) / statistics.median(results[floor])
+            per_round = f"{min(ratios):.2f}-{max(ratios):.2f}x"
+            print(f"{ours}/{floor}: {of_medians:.2f}x of medians (per round {per_round})")
+    print(f"load after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -160,25 +160,30 @@ class BindWatch:
 
     def _watch(self, rv: str) -> None:
         """The API server ends a watch whose reader falls behind a burst: resume from the last version."""
+        self.rv = rv
         while not self.done.is_set():
-            path = f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}&timeoutSeconds=600"
-            with self.api.http.stream("GET", path, timeout=None) as resp:
-                for line in resp.iter_lines():
-                    if not line:
-                        continue
-                    event = orjson.loads(line)
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        raise RuntimeError(f"watch error: {obj}")
-                    rv = obj["metadata"].get("resourceVersion", rv)
-                    name = obj["metadata"].get("name")
-                    node = obj.get("spec", {}).get("nodeName")
-                    if node and name in self.expected and name not in self.bound:
-                        self.bound[name] = time.monotonic()
-                        self.node_of[name] = node
-                        if len(self.bound) == len(self.expected):
-                            self.done.set()
-                            return
+            with contextlib.suppress(httpx.RemoteProtocolError, httpx.ReadError):
+                self._stream()
+
+    def _stream(self) -> None:
+        path = f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={self.rv}&timeoutSeconds=600"
+        with self.api.http.stream("GET", path, timeout=None) as resp:
+            for line in resp.iter_lines():
+                if not line:
+                    continue
+                event = orjson.loads(line)
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"watch error: {obj}")
+                self.rv = obj["metadata"].get("resourceVersion", self.rv)
+                name = obj["metadata"].get("name")
+                node = obj.get("spec", {}).get("nodeName")
+                if node and name in self.expected and name not in self.bound:
+                    self.bound[name] = time.monotonic()
+                    self.node_of[name] = node
+                    if len(self.bound) == len(self.expected):
+                        self.done.set()
+                        return
 
     def wait(self, timeout: float) -> bool:
         return self.done.wait(timeout)

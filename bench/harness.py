@@ -8,6 +8,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,15 +25,17 @@ def free_port() -> int:
 @contextlib.contextmanager
 def serve(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
     """Run a server command until its /docs or /healthz answers; stop it afterwards."""
-    proc = subprocess.Popen(
-        argv, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    # stderr goes to a file, never an unread pipe: a server logging at info fills a pipe's 64 KB and then
+    # blocks in its log handler, which stalled a long cluster bench.
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below, after the server)
+    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 30
         while time.time() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+                log.seek(0)
+                raise RuntimeError(f"server exited: {log.read().decode()[-2000:]}")
             try:
                 httpx.get(url + "/docs", timeout=1)
                 break
@@ -47,6 +50,7 @@ def serve(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iter
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 def echo_cmd(port: int) -> list[str]:

@@ -13,7 +13,8 @@ kube-scheduler binds asynchronously, so the next pod's ``filter`` can run before
 best-scoring node (and ``filter`` does when only one node passes); ``bind`` (or the pod watch) turns it
 into a bound estimate on the node really chosen, and an unconfirmed hold expires after
 ``spec.estimation.tentativeTTL`` (30 s). A burst filtered back to back therefore sees its own
-earlier members and cannot overfill a node.
+earlier members. Holds sit on Ballast's favourite, which is not always the scheduler's choice, so with
+``bindVerb`` the bind check (``app.load_bind``) has the last word, counting placed pods only.
 """
 
 from __future__ import annotations
@@ -152,8 +153,19 @@ class Ledger:
             self._index(e, touched)
         self._notify(touched)
 
-    def bound(self, pod: PodInfo | None, uid: str, node: str, at: float, name: str = "") -> None:
-        """Record a pod placed on ``node`` at ``at``; keeps an existing record for the same node."""
+    def bound(
+        self,
+        pod: PodInfo | None,
+        uid: str,
+        node: str,
+        at: float,
+        name: str = "",
+        size: tuple[int, int] | None = None,
+    ) -> None:
+        """Record a pod placed on ``node`` at ``at``; keeps an existing record for the same node.
+
+        The size comes from ``size`` (estimated cpu millicores, memory bytes), else from ``pod``, else
+        from the pod's tentative hold."""
         now = self.clock()
         longest = max((ttl for _, _, ttl in self._plan), default=0.0)
         touched: set[str] = set()
@@ -167,16 +179,18 @@ class Ledger:
             if existing is not None:
                 del self._bound[uid]
                 self._unindex(uid, existing.node, touched)
-            size = None
-            if pod is not None:
+            known: tuple[int, int, str] | None = None
+            if size is not None:
+                known = (size[0], size[1], name)
+            elif pod is not None:
                 cpu, mem = estimate_usage(pod, self._policy.estimation)
-                size = (cpu, mem, f"{pod.namespace}/{pod.name}")
+                known = (cpu, mem, f"{pod.namespace}/{pod.name}")
             elif held is not None:
-                size = (held.cpu_milli, held.memory_bytes, held.pod)
+                known = (held.cpu_milli, held.memory_bytes, held.pod)
             # Unknown size (the pod watch will report it) or placed so long ago that every measurement
             # already includes it: nothing to record.
-            if size is not None and at + longest > now:
-                e = Estimate(uid, name or size[2], node, size[0], size[1], at)
+            if known is not None and at + longest > now:
+                e = Estimate(uid, name or known[2], node, known[0], known[1], at)
                 self._bound[uid] = e
                 self._index(e, touched)
         self._notify(touched)
@@ -229,12 +243,17 @@ class Ledger:
         cpu, mem = estimate_usage(pod, self._policy.estimation)
         return Estimate(pod.uid, f"{pod.namespace}/{pod.name}", "", cpu, mem, now, tentative=True)
 
-    def units(self, load: NodeLoad, now: float, skip: str | None = None) -> dict[str, int]:
-        """Estimated amounts (millicores or bytes) counted per metric on this node, no incoming pod."""
+    def units(
+        self, load: NodeLoad, now: float, skip: str | None = None, bound_only: bool = False
+    ) -> dict[str, int]:
+        """Estimated amounts (millicores or bytes) counted per metric on this node, no incoming pod;
+        ``bound_only`` leaves out tentative holds (what the bind check counts: only placements)."""
         out: dict[str, int] = {}
         if not self._by_node.get(load.name):
             return out
         estimates = self.on_node(load.name)
+        if bound_only:
+            estimates = [e for e in estimates if not e.tentative]
         for metric, resource, ttl in self._plan:
             sample = load.samples.get(metric)
             if sample is None:
@@ -255,18 +274,20 @@ class Ledger:
         incoming: Estimate | None = None,
         minus: Mapping[str, int] | None = None,
         skip: str | None = None,
+        bound_only: bool = False,
     ) -> dict[str, float]:
         """Usage ratios to add per metric on this node.
 
         ``incoming`` is the pod being filtered (added everywhere, and its own earlier hold is skipped so it
         is not counted twice); ``skip`` leaves out one pod's hold (prioritize re-scoring that pod);
-        ``minus`` subtracts amounts per resource (preemption victims).
+        ``minus`` subtracts amounts per resource (preemption victims); ``bound_only`` counts placed pods
+        only, no tentative holds (the bind check).
         """
         if not self._by_node.get(load.name) and incoming is None and not minus:
             return {}
         if incoming is not None:
             skip = incoming.uid
-        counted = self.units(load, now, skip)
+        counted = self.units(load, now, skip, bound_only)
         out: dict[str, float] = {}
         for metric, resource, _ttl in self._plan:
             if load.samples.get(metric) is None:

@@ -28,6 +28,7 @@ from app.cache import ClusterCache
 from app.estimation import Ledger
 from app.extender import Extender
 from app.kube import Kube
+from app.load_bind import LoadPreBind
 from app.metrics import ExtenderMetrics
 from app.numa_bind import NumaPreBind
 from app.policy import Policy
@@ -146,9 +147,11 @@ def create_app(
         )
     extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
     if kube is not None:
-        binder = Binder(
-            kube, ledger, clock, pre_bind=[NumaPreBind(kube, cache, store, extender.numa_seen, result_key)]
+        load_check = LoadPreBind(
+            kube, ledger, store, cache.node, clock, lambda metric: metrics.binds_refused.labels(metric).inc()
         )
+        numa = NumaPreBind(kube, cache, store, extender.numa_seen, result_key)
+        binder = Binder(kube, ledger, clock, pre_bind=[load_check, numa])
     svc = Services(
         store=store,
         metrics=metrics,

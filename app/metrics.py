@@ -56,6 +56,13 @@ class ExtenderMetrics:
             ["metric"],
             registry=r,
         )
+        self.binds_refused = Counter(
+            "ballast_extender_binds_refused",
+            "Binds refused because the node would go over a limit with the pods placed since filter, by "
+            "metric; kube-scheduler retries those pods.",
+            ["metric"],
+            registry=r,
+        )
         self.policy_reloads, self.policy_ok = policy_reload_metrics("ballast", r)
 
     def count_bad(self, load: NodeLoad) -> None:

@@ -1,0 +1,93 @@
+"""The load pre-bind step: the last word on a node's limits, taken one bind at a time.
+
+kube-scheduler binds asynchronously and picks among the nodes filter passed by its own totals (and breaks
+ties at random), so in a burst several pods can pass filter for the same node before any of their binds
+lands: each filter saw the others only as tentative holds, and those sit on the node *Ballast* favoured,
+not necessarily the one the scheduler took. Every placement goes through ``bind``, though. Here, under one
+lock, the pod's estimate is checked against the node's limits together with every pod already placed there
+(holds are guesses and do not count), and recorded as placed before the Binding is created. A bind that
+would push the node over a limit is refused: kube-scheduler puts the pod back in its queue and filters
+again, now seeing the node as it is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from app.bind import BindError, Undo
+from app.estimation import Estimate, Ledger, estimate_usage
+from app.kube import Kube
+from app.load import check_node
+from app.nodestate import NodeLoad
+from app.podinfo import pod_info
+from app.policy_store import PolicyStore
+from app.wire import BadRequest, BindingArgs
+
+
+class LoadPreBind:
+    def __init__(
+        self,
+        kube: Kube,
+        ledger: Ledger,
+        store: PolicyStore,
+        lookup: Callable[[str], NodeLoad | None],
+        clock: Callable[[], float],
+        on_refused: Callable[[str], None] = lambda metric: None,
+    ) -> None:
+        self.kube = kube
+        self.ledger = ledger
+        self.store = store
+        self.lookup = lookup
+        """The node as the watch-driven cache knows it; ``None`` is no information (the bind goes ahead)."""
+        self.clock = clock
+        self.on_refused = on_refused
+        """Told the metric that refused a bind (``ballast_extender_binds_refused_total``)."""
+        self.lock = threading.Lock()
+
+    def _size(self, args: BindingArgs) -> tuple[int, int] | None:
+        """The pod's estimated (cpu millicores, memory bytes); ``None`` for a DaemonSet pod (never limited).
+
+        filter or prioritize normally left a hold that carries the size; a pod they did not see (the
+        extender restarted in between) is read from the API once.
+        """
+        known = self.ledger.known(args.pod_uid) if args.pod_uid else None
+        if known is not None:
+            return known.cpu_milli, known.memory_bytes
+        obj = self.kube.get(f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}")
+        try:
+            pod = pod_info(obj)
+        except BadRequest:
+            return None  # a pod object Ballast cannot size: no information, like filter
+        if pod.daemonset:
+            return None
+        return estimate_usage(pod, self.store.current.estimation)
+
+    def __call__(self, args: BindingArgs) -> Undo | None:
+        if not args.pod_uid:
+            return None  # nothing to key a placement by; the pod watch records it once bound
+        load = self.lookup(args.node)
+        if load is None:
+            return None
+        size = self._size(args)
+        if size is None:
+            return None
+        name = f"{args.pod_namespace}/{args.pod_name}"
+        with self.lock:
+            policy = self.store.current
+            now = self.clock()
+            incoming = Estimate(args.pod_uid, name, "", size[0], size[1], now, tentative=True)
+            extra = self.ledger.extra(load, policy, now, incoming, bound_only=True)
+            rejection = check_node(load, policy, now, extra)
+            if rejection is not None:
+                self.on_refused(rejection.metric)
+                raise BindError(
+                    f"{args.node} has no room left for this pod by the time it is bound "
+                    f"(pods placed since filter count): {rejection.reason}"
+                )
+            self.ledger.bound(None, args.pod_uid, args.node, now, name, size=size)
+
+        def undo() -> None:
+            self.ledger.forget(args.pod_uid)
+
+        return undo

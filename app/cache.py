@@ -245,6 +245,7 @@ class _Topologies:
         topos = {t.node: t for t in _each("noderesourcetopologies", objects, parse_nrt) if t is not None}
         with self.cache.lock:
             self.cache.topologies = topos
+            self.cache.pinning = {name for name, t in topos.items() if _pins(t)}
             self.cache.usage.clear()
         for cb in self.cache.node_listeners:
             cb("REPLACE", None)
@@ -259,7 +260,16 @@ class _Topologies:
                 self.cache.topologies.pop(name, None)
             else:
                 self.cache.topologies[name] = topo
+            if topo is not None and _pins(topo):
+                self.cache.pinning.add(name)
+            else:
+                self.cache.pinning.discard(name)
             self.cache.usage.pop(name, None)
+
+
+def _pins(topo: NodeTopology) -> bool:
+    """Ballast pins CPUs on this node (the agent's static policy, with zones to choose from)."""
+    return topo.static and bool(topo.zones)
 
 
 class ClusterCache:
@@ -294,6 +304,8 @@ class ClusterCache:
         self.pods: dict[str, PodRecord] = {}
         self.pods_by_node: dict[str, set[str]] = {}
         self.topologies: dict[str, NodeTopology] = {}
+        self.pinning: set[str] = set()
+        """Nodes whose NRT says Ballast pins CPUs there (kept with ``topologies``)."""
         self.usage: dict[str, ZoneUsage] = {}
         """Per node, what pods' topology results take; dropped on pod/NRT events, rebuilt on demand."""
         self.assumed: TTLCache[str, tuple[str, tuple[tuple[str, int, int], ...]]] = TTLCache(
@@ -367,6 +379,9 @@ class ClusterCache:
 
     def topology(self, node: str) -> NodeTopology | None:
         return self.topologies.get(node)
+
+    def pins_cpus(self) -> bool:
+        return bool(self.pinning)
 
     def zone_usage(self, node: str) -> ZoneUsage:
         """Exclusive CPUs taken per zone: topology results of the node's pods, plus bind-time assumptions."""

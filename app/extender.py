@@ -15,12 +15,11 @@ from typing import Any, Protocol
 import orjson
 from cachetools import TTLCache
 
-from app.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
 from app.estimation import Estimate, Ledger, estimate_usage
 from app.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
-from app.numa import NumaRequest, combine, fit, numa_request, numa_score
+from app.numa import Fit, NodeTopology, NumaRequest, ZoneUsage, combine, fit, numa_request, numa_score
 from app.numa_bind import MISSING
 from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
@@ -33,13 +32,24 @@ log = logging.getLogger("ballast.extender")
 
 
 class NodeSource(Protocol):
-    """Where names-mode requests find nodes: the watch-driven cache (``app.cache``)."""
+    """Everything the verbs ask of the cluster: the watch-driven cache (``app.cache.ClusterCache``)."""
+
+    node_listeners: list[Callable[[str, dict[str, Any] | None], None]]
+    """Told of every node event (``None`` after a relist), so the verdict board follows the watch."""
 
     def node(self, name: str) -> NodeLoad | None: ...
 
     def node_names(self) -> Iterable[str]: ...
 
     def pod(self, uid: str) -> PodInfo | None: ...
+
+    def topology(self, node: str) -> NodeTopology | None: ...
+
+    def zone_usage(self, node: str) -> ZoneUsage: ...
+
+    def pins_cpus(self) -> bool:
+        """Whether any node's NRT says Ballast pins CPUs there; when none does, NUMA work is skipped."""
+        ...
 
 
 class Extender:
@@ -76,9 +86,7 @@ class Extender:
             board = VerdictBoard(source.node, lambda: self.store.current, ledger)
             self.board = board
             ledger.listeners.append(lambda nodes: board.update(nodes, self.clock()))
-            listeners = getattr(source, "node_listeners", None)
-            if listeners is not None:
-                listeners.append(self._node_changed)
+            source.node_listeners.append(self._node_changed)
             board.rebuild(source.node_names(), clock())
         store.on_change(self._policy_changed)
 
@@ -116,7 +124,7 @@ class Extender:
                 self.request_board.update((*self._parsed.drain_forgotten(), load.name), self.clock())
         return load
 
-    def _peek_object(self, node: dict[str, Any], policy: Policy) -> NodeLoad:
+    def peek_object(self, node: dict[str, Any], policy: Policy) -> NodeLoad:
         """``_from_object`` without remembering anything: what /explain reads (it must not write)."""
         meta = node["metadata"]
         rv = meta.get("resourceVersion")
@@ -155,12 +163,12 @@ class Extender:
                 "node cache (start it with --kubeconfig or in a cluster): every node passes unscored"
             )
 
-    def _incoming(self, pod: PodInfo, now: float) -> Estimate | None:
+    def incoming(self, pod: PodInfo, now: float) -> Estimate | None:
         if self.ledger is None or pod.daemonset:
             return None
         return self.ledger.incoming(pod, now)
 
-    def _extra(self, load: NodeLoad, policy: Policy, now: float, incoming: Estimate | None, skip: str = ""):
+    def extra(self, load: NodeLoad, policy: Policy, now: float, incoming: Estimate | None, skip: str = ""):
         if self.ledger is None:
             return {}
         return self.ledger.extra(load, policy, now, incoming, skip=skip or None)
@@ -171,7 +179,7 @@ class Extender:
         policy = self.store.current
         now = self.clock()
         pod = pod_info(args.pod)
-        incoming = self._incoming(pod, now)
+        incoming = self.incoming(pod, now)
         failed: dict[str, str] = {}
         if args.nodes is not None:
             self._seen["filter"].inc(len(args.nodes))
@@ -217,7 +225,7 @@ class Extender:
                 load = self._from_name(name)
                 rejection = None
                 if load is not None:
-                    rejection = check_node(load, policy, now, self._extra(load, policy, now, incoming))
+                    rejection = check_node(load, policy, now, self.extra(load, policy, now, incoming))
                 if rejection is None:
                     append(name)
                 else:
@@ -297,7 +305,7 @@ class Extender:
                 load = lookup(name)
                 verdict = None
                 if load is not None:
-                    verdict = check_node(load, policy, now, self._extra(load, policy, now, incoming))
+                    verdict = check_node(load, policy, now, self.extra(load, policy, now, incoming))
             if verdict is None:
                 if not exact:
                     new_passed.add(name)
@@ -325,26 +333,34 @@ class Extender:
             self._numa_seen[pod.uid] = req
         return req
 
-    def _numa_fit(self, req: NumaRequest, node: str):
+    def numa_fit(self, req: NumaRequest, node: str) -> Fit | None:
         """The NUMA fit on a node whose NRT says Ballast pins CPUs there; ``None`` otherwise (passes)."""
-        topology = getattr(self.source, "topology", None)
-        topo = topology(node) if topology is not None else None
+        if self.source is None:
+            return None
+        topo = self.source.topology(node)
         if topo is None or not topo.static or not topo.zones:
             return None
         return fit(topo, self.source.zone_usage(node), req, self.store.current.topology.memory_aware)
+
+    def numa_pod(self, pod_obj: dict[str, Any], pod: PodInfo) -> NumaRequest | None:
+        """The pod's exclusive-CPU need, when it has one and some node pins CPUs (else no NUMA work).
+
+        Parsing the pod's containers for it costs as much as the rest of a small prioritize, so it is
+        skipped outright while no node's NRT says Ballast pins CPUs (bind looks at the node first too)."""
+        if pod.daemonset or self.source is None or not self.source.pins_cpus():
+            return None
+        return self._numa_request(pod_obj, pod)
 
     def _numa_filter(
         self, pod_obj: dict[str, Any], pod: PodInfo, passing: list[str], failed: dict
     ) -> set[str]:
         """Reject passing nodes where a pod that needs exclusive CPUs does not fit the NUMA zones."""
-        if pod.daemonset or getattr(self.source, "topology", None) is None:
-            return set()
-        req = self._numa_request(pod_obj, pod)
+        req = self.numa_pod(pod_obj, pod)
         if req is None:
             return set()
         out = set()
         for name in passing:
-            f = self._numa_fit(req, name)
+            f = self.numa_fit(req, name)
             if f is not None and not f.ok:
                 failed[name] = f.reason
                 out.add(name)
@@ -353,15 +369,13 @@ class Extender:
 
     def _numa_scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> bool:
         """Fold the NUMA score into a NUMA pod's scores; True when any score changed."""
-        if pod.daemonset or getattr(self.source, "topology", None) is None:
-            return False
-        req = self._numa_request(pod_obj, pod)
+        req = self.numa_pod(pod_obj, pod)
         if req is None:
             return False
         weight = self.store.current.topology.score_weight
         changed = False
         for entry in out:
-            f = self._numa_fit(req, entry["Host"])
+            f = self.numa_fit(req, entry["Host"])
             if f is not None:
                 entry["Score"] = combine(entry["Score"], numa_score(f), weight)
                 changed = True
@@ -403,11 +417,11 @@ class Extender:
         loads = [self._from_name(n) or NodeLoad(n) for n in names]
         out: list[dict[str, Any]] = []
         if policy.scoring == "relative":
-            incoming = self._incoming(pod, now)
+            incoming = self.incoming(pod, now)
             after = [self._exact_load(lambda _n, x=x: x, x.name, pod, policy, now, incoming) for x in loads]
             out = [{"Host": n, "Score": v} for n, v in zip(names, relative_scores(after), strict=True)]
         for load in loads if policy.scoring != "relative" else ():
-            score = score_node(load, policy, now, self._extra(load, policy, now, None, skip=pod.uid)).score
+            score = score_node(load, policy, now, self.extra(load, policy, now, None, skip=pod.uid)).score
             out.append({"Host": load.name, "Score": score})
         self._numa_scores(args.pod, pod, out)
         if self.ledger is not None and out and not pod.daemonset:
@@ -440,11 +454,7 @@ class Extender:
             exact.add(own.node)
         if lacking:
             exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
-        numa_pod = (
-            not pod.daemonset
-            and getattr(self.source, "topology", None) is not None
-            and (self._numa_request(pod_obj, pod) is not None)
-        )
+        numa_pod = self.numa_pod(pod_obj, pod) is not None
         if encoded and not numa_pod and len(exact) <= _FEW_EXACT:
             # The common case: every score is the board's standing one, already encoded per node, but for
             # a few nodes scored exactly: the node holding this pod's own estimate (kube-scheduler asks
@@ -488,7 +498,7 @@ class Extender:
         estimate (one multiply-add per node), ranked over the candidates. Exactly computed are only the node
         holding this pod's own estimate and names the board lacks."""
         entries = list(map(board.projection.get, names))  # C-level; None for names the board lacks
-        incoming = self._incoming(pod, now)
+        incoming = self.incoming(pod, now)
         cpu = incoming.cpu_milli if incoming is not None else 0
         mem = incoming.memory_bytes if incoming is not None else 0
         exact = set()
@@ -507,11 +517,7 @@ class Extender:
             for i in _positions(names, name):
                 loads[i] = value
         scores = relative_scores(loads)
-        numa_pod = (
-            not pod.daemonset
-            and getattr(self.source, "topology", None) is not None
-            and (self._numa_request(pod_obj, pod) is not None)
-        )
+        numa_pod = self.numa_pod(pod_obj, pod) is not None
         if not numa_pod and self.ledger is not None and names and not pod.daemonset:
             self.ledger.hold(pod, names[scores.index(max(scores))], now)
         if encoded and not numa_pod:
@@ -542,9 +548,9 @@ class Extender:
         if load is None:
             return None
         extra = (
-            self._extra(load, policy, now, incoming)
+            self.extra(load, policy, now, incoming)
             if incoming is not None
-            else self._extra(load, policy, now, None, skip=pod.uid)
+            else self.extra(load, policy, now, None, skip=pod.uid)
         )
         return projected_load(load, policy, now, extra)
 
@@ -556,7 +562,7 @@ class Extender:
         load = lookup(name)
         if load is None:
             return 0
-        return score_node(load, policy, now, self._extra(load, policy, now, None, skip=pod.uid)).score
+        return score_node(load, policy, now, self.extra(load, policy, now, None, skip=pod.uid)).score
 
     def preempt(self, body: dict[str, Any]) -> dict[str, Any]:
         """Keep candidate nodes where evicting the victims brings the node under every limit."""
@@ -564,7 +570,7 @@ class Extender:
         now = self.clock()
         folded = {k.lower(): v for k, v in body.items()}
         pod = pod_info(_require_pod(folded))
-        incoming = self._incoming(pod, now)
+        incoming = self.incoming(pod, now)
         full = folded.get("nodenametovictims")
         meta = folded.get("nodenametometavictims")
         if full is not None and not isinstance(full, dict):
@@ -668,194 +674,3 @@ def _minus_only(
         if resource and alloc:
             out[metric] = -freed.get(resource, 0) / alloc
     return out
-
-
-PLAIN_POD = PodInfo("", "", "", False, 0, 0, 0, 0)
-"""What /nodes judges with: a pod that requests nothing (so it is estimated at the policy defaults)."""
-
-
-def _metric_views(
-    load: NodeLoad, policy: Policy, now: float, extra: dict[str, float]
-) -> list[dict[str, Any]]:
-    out = []
-    for metric in policy.sync_periods:
-        sample = load.samples.get(metric)
-        valid = policy.valid_for(metric)
-        view: dict[str, Any] = {"metric": metric, "resource": policy.resource_of(metric)}
-        if sample is None and metric in load.bad:
-            view.update(state="bad", value=None, fresh=False, reason=load.bad[metric])
-        elif sample is None:
-            view.update(state="missing", value=None, fresh=False)
-        else:
-            fresh = sample.timestamp + valid > now
-            view.update(
-                state="fresh" if fresh else "stale",
-                value=sample.value,
-                ageSeconds=round(now - sample.timestamp, 3),
-                fresh=fresh,
-                expiresInSeconds=round(sample.timestamp + valid - now, 3),
-            )
-        if metric in extra:
-            view["estimatedExtra"] = round(extra[metric], 5)
-        out.append(view)
-    return out
-
-
-def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dict[str, Any]:
-    """Everything that went into one node's verdict and score for ``pod``: the body of /nodes and /explain."""
-    policy = ext.store.current
-    incoming = ext._incoming(pod, now)
-    filter_extra = ext._extra(load, policy, now, incoming)
-    score_extra = ext._extra(load, policy, now, None, skip=pod.uid)
-    rejection = None if pod.daemonset else check_node(load, policy, now, filter_extra)
-    score = score_node(load, policy, now, score_extra, explain=True)
-    hot = load.hot
-    estimates = ext.ledger.counted(load, now) if ext.ledger is not None else []
-    return {
-        "name": load.name,
-        "resourceVersion": load.resource_version,
-        "allocatable": {"cpuMilli": load.allocatable_cpu_milli, "memoryBytes": load.allocatable_memory_bytes},
-        "metrics": _metric_views(load, policy, now, filter_extra),
-        "hotValue": (
-            {"value": None, "fresh": False, "bad": load.bad[HOT_VALUE_KEY]}
-            if HOT_VALUE_KEY in load.bad
-            else None
-        )
-        if hot is None
-        else {
-            "value": hot.value,
-            "ageSeconds": round(now - hot.timestamp, 3),
-            "fresh": hot.timestamp + HOT_VALUE_VALID_SECONDS > now,
-        },
-        "estimation": {
-            "pods": [e.to_json(now) for e in estimates if e.uid != pod.uid],
-            "incoming": incoming.to_json(now) if incoming is not None else None,
-        },
-        "filter": {"passes": rejection is None, "reason": None if rejection is None else rejection.reason}
-        | ({"note": "DaemonSet pods always pass"} if pod.daemonset else {}),
-        "score": score.to_json()
-        | {
-            "scoring": policy.scoring,
-            "projectedLoad": projected_load(
-                load, policy, now, score_extra if pod.daemonset else filter_extra
-            ),
-        },
-        "numa": numa_view(ext, load.name),
-    }
-
-
-def rank_views(views: list[dict[str, Any]], policy: Policy) -> None:
-    """Relative scoring in /nodes and /explain: rank the nodes shown among themselves, as prioritize ranks
-    the names it is sent. Every ranked view keeps crane's absolute score as ``craneScore``. No-op under
-    ``scoring: crane``."""
-    if policy.scoring != "relative":
-        return
-    ranked = [v for v in views if "projectedLoad" in v.get("score", {})]
-    scores = relative_scores([v["score"]["projectedLoad"] for v in ranked])
-    for v, score in zip(ranked, scores, strict=True):
-        v["score"]["craneScore"] = v["score"]["score"]
-        v["score"]["score"] = score
-        pod_numa = (v.get("numa") or {}).get("pod")
-        if "scoreWithNuma" in v["score"] and pod_numa is not None:
-            v["score"]["scoreWithNuma"] = combine(score, pod_numa["numaScore"], policy.topology.score_weight)
-
-
-def numa_view(ext: Extender, node: str, req: NumaRequest | None = None) -> dict[str, Any] | None:
-    """The node's NUMA zones, what is taken and by which pods, and for ``req`` the fit and the choice."""
-    topology = getattr(ext.source, "topology", None)
-    topo = topology(node) if topology is not None else None
-    if topo is None:
-        return None if topology is None else {"nrt": False, "note": "no NodeResourceTopology: NUMA pods pass"}
-    usage = ext.source.zone_usage(node)
-    view: dict[str, Any] = {
-        "nrt": True,
-        "cpuManagerPolicy": "Static" if topo.static else "None",
-        "topologyAware": topo.aware,
-        "zones": [
-            {
-                "name": z.name,
-                "allocatableCpuMilli": z.cpu_milli,
-                "takenCpuMilli": usage.cpu_milli.get(z.name, 0),
-                "freeCpuMilli": z.cpu_milli - usage.cpu_milli.get(z.name, 0),
-                "allocatableMemoryBytes": z.memory_bytes,
-                "takenMemoryBytes": usage.memory_bytes.get(z.name, 0),
-                "takenBy": usage.pods.get(z.name, []),
-            }
-            for z in topo.zones
-        ],
-    }
-    if not topo.static:
-        view["note"] = "the kubelet manages CPUs on this node: NUMA pods pass"
-    elif req is not None:
-        f = ext._numa_fit(req, node)
-        if f is not None:
-            view["pod"] = {
-                "cpus": req.cpus,
-                "aware": req.is_aware(topo),
-                "fits": f.ok,
-                "reason": f.reason,
-                "choice": [{"zone": z, "cpus": c, "memoryBytes": m} for z, c, m in f.result],
-                "numaScore": numa_score(f),
-            }
-    return view
-
-
-def explain(
-    ext: Extender, pod_obj: dict[str, Any] | None, names: list[str] | None, nodes: list | None
-) -> dict:
-    """The /explain answer: per node pass/fail and score breakdown, and the node Ballast would favour."""
-    now = ext.clock()
-    policy = ext.store.current
-    pod = pod_info(pod_obj) if pod_obj is not None else PLAIN_POD
-    req = numa_request(pod_obj) if pod_obj is not None and not pod.daemonset else None
-    unknown_note = "not in the cache: no information, passes and scores 0"
-    if nodes is not None:
-        loads: list[tuple[str, NodeLoad | None]] = [
-            (n["metadata"]["name"], ext._peek_object(n, policy)) for n in nodes
-        ]
-    elif ext.source is None and names is not None:
-        # What filter and prioritize answer here: no cache, so no information about any named node (nodes
-        # remembered from earlier whole-node requests may be stale, and filter does not use them either).
-        loads = [(n, None) for n in names]
-        unknown_note = "no node cache (names mode without cluster access): every node passes and scores 0"
-    else:
-        wanted = names if names is not None else ext.known_names()
-        loads = [(n, ext.known_node(n)) for n in wanted]
-    views = []
-    best: tuple[int, str] | None = None
-    for name, load in loads:
-        if load is None:
-            views.append(
-                {
-                    "name": name,
-                    "known": False,
-                    "filter": {"passes": True, "reason": None},
-                    "score": {"score": 0},
-                    "note": unknown_note,
-                }
-            )
-            continue
-        view = explain_node(ext, load, pod, now) | {"known": True}
-        if req is not None:
-            view["numa"] = numa_view(ext, name, req)
-            pod_numa = view["numa"].get("pod") if view["numa"] else None
-            if pod_numa is not None:
-                if not pod_numa["fits"]:
-                    view["filter"] = {"passes": False, "reason": pod_numa["reason"]}
-                weight = ext.store.current.topology.score_weight
-                view["score"]["scoreWithNuma"] = combine(
-                    view["score"]["score"], pod_numa["numaScore"], weight
-                )
-        views.append(view)
-    rank_views(views, policy)
-    for view in views:
-        final = view["score"].get("scoreWithNuma", view["score"]["score"])
-        if view["filter"]["passes"] and (best is None or final > best[0]):
-            best = (final, view["name"])
-    return {
-        "pod": f"{pod.namespace}/{pod.name}" if pod.name else None,
-        "nodes": views,
-        "favoured": best[1] if best else None,
-        "note": "kube-scheduler adds Ballast's score x weight x 10 to its own plugin scores, so it may pick "
-        "another passing node",
-    }

@@ -39,15 +39,15 @@ class NumaPreBind:
         self.lock = threading.Lock()
 
     def __call__(self, args: BindingArgs) -> Undo | None:
+        topo = self.cache.topology(args.node)
+        if topo is None or not topo.static or not topo.zones:
+            return None  # no NRT, or the kubelet manages CPUs there: nothing to write
         path = f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}"
         req = self.seen(args.pod_uid)
         if req is MISSING:
             req = numa_request(self.kube.get(path))  # not seen in filter (e.g. after a restart)
         if req is None:
             return None
-        topo = self.cache.topology(args.node)
-        if topo is None or not topo.static or not topo.zones:
-            return None  # no NRT, or the kubelet manages CPUs there: nothing to write
         uid = args.pod_uid or f"{args.pod_namespace}/{args.pod_name}"
         with self.lock:
             f = fit(topo, self.cache.zone_usage(args.node), req, self.store.current.topology.memory_aware)

@@ -23,6 +23,7 @@ from app.numa import (
     parse_nrt,
     render_result,
 )
+from app.numa_bind import MISSING
 from app.policy import load_policy
 from tests.conftest import POLICY_FILE, read_fixture
 from tests.fakekube import make_nrt
@@ -309,3 +310,23 @@ def test_why_endpoints_show_zones_and_choice(numa, fake_kube) -> None:
     assert n1["numa"]["pod"]["fits"] is True
     assert client.get(f"/nodes/{N4}").status_code == 200
     assert client.get(f"/nodes/{N4}").json()["numa"]["nrt"] is False
+
+
+def test_numa_work_follows_whether_any_node_pins_cpus(numa, fake_kube) -> None:
+    """NUMA parsing is skipped while no NRT says Ballast pins CPUs, and resumes the moment one does."""
+    client, app = numa
+    cache, ext = app.state.services.cache, app.state.services.extender
+    assert cache.pins_cpus()  # N1 and N2 are static with zones (N3's kubelet manages its CPUs)
+    fake_kube.delete("noderesourcetopologies", N1)
+    fake_kube.delete("noderesourcetopologies", N2)
+    assert wait_until(lambda: not cache.pins_cpus())
+    first = fake_kube.add(guaranteed("early", 4))
+    client.post("/filter", json={"Pod": fake_kube.get("pods", "early", namespace="shop"), "NodeNames": [N1]})
+    assert ext.numa_seen(first["metadata"]["uid"]) is MISSING
+    fake_kube.add(make_nrt(N1, zones=zones(8, 8)))
+    assert wait_until(cache.pins_cpus)
+    late = fake_kube.add(guaranteed("late", 20))  # more than any zone of N1 holds
+    pod = fake_kube.get("pods", "late", namespace="shop")
+    out = client.post("/filter", json={"Pod": pod, "NodeNames": [N1]}).json()
+    assert ext.numa_seen(late["metadata"]["uid"]) is not MISSING
+    assert N1 in out["FailedNodes"], out

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from app.annotations import format_hot_value, format_load
 from app.estimation import Ledger
-from app.extender import Extender, explain
+from app.explain import explain
+from app.extender import Extender
 from app.load import projected_load, relative_scores
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
@@ -23,6 +24,7 @@ from app.policy_store import PolicyStore
 from app.wire import ExtenderArgs
 from bench.spread import cv, water_fill
 from tests.conftest import POLICY_FILE
+from tests.node_source import StaticSource
 
 RELATIVE = load_policy(POLICY_FILE)
 CRANE = dataclasses.replace(RELATIVE, scoring="crane")
@@ -30,21 +32,6 @@ NOW = 1_800_000_000.0
 CPU_MILLI = 4000
 MEMORY = 16 << 30
 LIMIT = 0.65  # cpu_usage_avg_5m's predicate in the bundled policy
-
-
-class Source:
-    def __init__(self, loads: dict[str, NodeLoad]) -> None:
-        self.loads = loads
-        self.node_listeners: list = []
-
-    def node(self, name: str) -> NodeLoad | None:
-        return self.loads.get(name)
-
-    def node_names(self):
-        return list(self.loads)
-
-    def pod(self, uid: str):
-        return None
 
 
 def make_node(name: str, usage: float, hot: int | None = None, policy=RELATIVE) -> NodeLoad:
@@ -66,7 +53,7 @@ def pod(i: int, cpu: str = "200m", memory: str = "256Mi") -> dict:
 
 def extender(loads: dict[str, NodeLoad], policy) -> Extender:
     return Extender(
-        PolicyStore(policy), ExtenderMetrics(), Source(loads), Ledger(policy, lambda: NOW), lambda: NOW
+        PolicyStore(policy), ExtenderMetrics(), StaticSource(loads), Ledger(policy, lambda: NOW), lambda: NOW
     )
 
 

@@ -21,6 +21,7 @@ from app.policy_store import PolicyStore
 from app.verdicts import UNSURE, VerdictBoard, derive, judge
 from app.wire import ExtenderArgs
 from tests.conftest import POLICY_FILE
+from tests.node_source import StaticSource
 
 POLICY = load_policy(POLICY_FILE)
 NOW = 1_800_000_000.0
@@ -37,21 +38,6 @@ node_st = st.fixed_dictionaries(
 )
 pod_st = st.tuples(st.integers(0, 8000), st.integers(0, 16 << 30))
 estimates_st = st.lists(st.tuples(pod_st, st.floats(0, 1200), st.booleans()), max_size=5)
-
-
-class Source:
-    def __init__(self, loads: dict[str, NodeLoad]) -> None:
-        self.loads = loads
-        self.node_listeners: list = []
-
-    def node(self, name: str) -> NodeLoad | None:
-        return self.loads.get(name)
-
-    def node_names(self):
-        return list(self.loads)
-
-    def pod(self, uid: str):
-        return None
 
 
 def decoded(answer: list | bytes) -> list:
@@ -121,10 +107,10 @@ def test_board_filter_and_prioritize_equal_exact_path(scoring, specs, pods, chan
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     names = [*loads, "unknown"]
     fast = Extender(
-        PolicyStore(policy), ExtenderMetrics(), Source(loads), Ledger(policy, lambda: NOW), lambda: NOW
+        PolicyStore(policy), ExtenderMetrics(), StaticSource(loads), Ledger(policy, lambda: NOW), lambda: NOW
     )
     slow = Extender(
-        PolicyStore(policy), ExtenderMetrics(), Source(loads), Ledger(policy, lambda: NOW), lambda: NOW
+        PolicyStore(policy), ExtenderMetrics(), StaticSource(loads), Ledger(policy, lambda: NOW), lambda: NOW
     )
     slow.board = None  # the per-node exact path
     for i, (cpu, mem) in enumerate(pods):
@@ -181,7 +167,7 @@ def test_whole_node_mode_equals_exact_path(specs, pods) -> None:
     loads = {o["metadata"]["name"]: parse_node(o, POLICY, NOW) for o in objects}
     fast = Extender(PolicyStore(POLICY), ExtenderMetrics(), None, Ledger(POLICY, lambda: NOW), lambda: NOW)
     slow = Extender(
-        PolicyStore(POLICY), ExtenderMetrics(), Source(loads), Ledger(POLICY, lambda: NOW), lambda: NOW
+        PolicyStore(POLICY), ExtenderMetrics(), StaticSource(loads), Ledger(POLICY, lambda: NOW), lambda: NOW
     )
     slow.board = None
     for i, (cpu, mem) in enumerate(pods):

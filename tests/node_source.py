@@ -1,0 +1,34 @@
+"""A fixed set of parsed nodes as the extender's ``NodeSource``: no pods, no NodeResourceTopology."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from app.nodestate import NodeLoad
+from app.numa import NodeTopology, ZoneUsage
+from app.podinfo import PodInfo
+
+
+class StaticSource:
+    def __init__(self, loads: dict[str, NodeLoad]) -> None:
+        self.loads = loads
+        self.node_listeners: list[Callable[[str, dict[str, Any] | None], None]] = []
+
+    def node(self, name: str) -> NodeLoad | None:
+        return self.loads.get(name)
+
+    def node_names(self) -> Iterable[str]:
+        return list(self.loads)
+
+    def pod(self, uid: str) -> PodInfo | None:
+        return None
+
+    def topology(self, node: str) -> NodeTopology | None:
+        return None
+
+    def zone_usage(self, node: str) -> ZoneUsage:
+        return ZoneUsage()
+
+    def pins_cpus(self) -> bool:
+        return False

@@ -40,9 +40,17 @@ class Sample:
     def age(self, now: float) -> float:
         return now - self.timestamp
 
+    def expires_at(self, valid_for: float) -> float:
+        return self.timestamp + valid_for
+
     def is_fresh(self, now: float, valid_for: float) -> bool:
-        """A sample counts while ``timestamp + valid_for`` is in the future."""
+        """A sample counts while ``timestamp + valid_for`` is in the future (the one freshness rule)."""
         return self.timestamp + valid_for > now
+
+
+def fresh(sample: Sample | None, valid_for: float, now: float) -> Sample | None:
+    """``sample`` while it counts, else ``None`` (missing and stale are both no information)."""
+    return sample if sample is not None and sample.is_fresh(now, valid_for) else None
 
 
 def parse_timestamp(text: str, legacy_zone: tzinfo | None = None) -> float | None:

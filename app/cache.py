@@ -20,6 +20,7 @@ from cachetools import TTLCache
 
 from agent.podspec import PodInfo as AgentPod
 from agent.podspec import parse_pod
+from app.bad_request import BadRequest
 from app.estimation import Ledger
 from app.kube import Kube, Reflector
 from app.nodestate import NodeLoad, parse_node
@@ -34,7 +35,6 @@ from app.numa import (
 )
 from app.podinfo import PodInfo, pod_info
 from app.policy_store import PolicyStore
-from app.wire import BadRequest
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.seal import SEAL_ANNOTATION, verify
 

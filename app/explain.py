@@ -36,13 +36,13 @@ def _metric_views(
         elif sample is None:
             view.update(state="missing", value=None, fresh=False)
         else:
-            fresh = sample.timestamp + valid > now
+            counts = sample.is_fresh(now, valid)
             view.update(
-                state="fresh" if fresh else "stale",
+                state="fresh" if counts else "stale",
                 value=sample.value,
-                ageSeconds=round(now - sample.timestamp, 3),
-                fresh=fresh,
-                expiresInSeconds=round(sample.timestamp + valid - now, 3),
+                ageSeconds=round(sample.age(now), 3),
+                fresh=counts,
+                expiresInSeconds=round(sample.expires_at(valid) - now, 3),
             )
         if metric in extra:
             view["estimatedExtra"] = round(extra[metric], 5)
@@ -74,7 +74,7 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
         else {
             "value": hot.value,
             "ageSeconds": round(now - hot.timestamp, 3),
-            "fresh": hot.timestamp + HOT_VALUE_VALID_SECONDS > now,
+            "fresh": hot.is_fresh(now, HOT_VALUE_VALID_SECONDS),
         },
         "estimation": {
             "pods": [e.to_json(now) for e in estimates if e.uid != pod.uid],

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import orjson
 from cachetools import TTLCache
 
+from app.bad_request import BadRequest
 from app.estimation import Estimate, Ledger, estimate_usage
 from app.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.metrics import ExtenderMetrics
@@ -26,7 +27,7 @@ from app.policy import Policy
 from app.policy_store import PolicyStore
 from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
 from app.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, fragments, judge, tier
-from app.wire import BadRequest, ExtenderArgs
+from app.wire import ExtenderArgs
 
 log = logging.getLogger("ballast.extender")
 

@@ -30,7 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.annotations import HOT_VALUE_VALID_SECONDS
+from app.annotations import HOT_VALUE_VALID_SECONDS, fresh
 from app.durations import format_duration
 from app.nodestate import NodeLoad
 from app.policy import Policy
@@ -68,8 +68,8 @@ def check_node(
     """Return why the node is overloaded, or ``None`` when it passes."""
     samples = load.samples
     for name, limit, valid, _resource in policy.predicate_plan:
-        sample = samples.get(name)
-        if sample is None or sample.timestamp + valid <= now:
+        sample = fresh(samples.get(name), valid, now)
+        if sample is None:
             continue
         add = extra.get(name, 0.0) if extra else 0.0
         if sample.value + add > limit:
@@ -136,20 +136,20 @@ def score_node(
     samples = load.samples
     for name, weight, valid, _resource in policy.priority_plan:
         sample = samples.get(name)
-        fresh = sample is not None and sample.timestamp + valid > now
+        counts = fresh(sample, valid, now) is not None
         add = extra.get(name, 0.0) if extra else 0.0
         contribution = 0.0
-        if fresh:
+        if counts:
             used = min(1.0, sample.value + add)  # type: ignore[union-attr]
             contribution = (1.0 - used) * weight * 100.0
             total += contribution
             weights += weight
         if explain:
-            terms.append(ScoreTerm(name, weight, sample.value if sample else None, add, fresh, contribution))
+            terms.append(ScoreTerm(name, weight, sample.value if sample else None, add, counts, contribution))
     raw = int(total / weights) if weights > 0 else 0
     hot = 0.0
-    if load.hot is not None and load.hot.is_fresh(now, HOT_VALUE_VALID_SECONDS):
-        hot = load.hot.value
+    if (hot_sample := fresh(load.hot, HOT_VALUE_VALID_SECONDS, now)) is not None:
+        hot = hot_sample.value
     final = min(100, max(0, raw - int(hot * 10)))
     return Score(raw, hot, final, to_extender_score(final), tuple(terms))
 
@@ -167,8 +167,8 @@ def projected_load(
     weights = 0.0
     samples = load.samples
     for name, weight, valid, _resource in policy.priority_plan:
-        sample = samples.get(name)
-        if sample is None or sample.timestamp + valid <= now:
+        sample = fresh(samples.get(name), valid, now)
+        if sample is None:
             continue
         add = extra.get(name, 0.0) if extra else 0.0
         total += (sample.value + add) * weight
@@ -176,8 +176,8 @@ def projected_load(
     if weights <= 0:
         return None
     hot = 0.0
-    if load.hot is not None and load.hot.is_fresh(now, HOT_VALUE_VALID_SECONDS):
-        hot = load.hot.value
+    if (hot_sample := fresh(load.hot, HOT_VALUE_VALID_SECONDS, now)) is not None:
+        hot = hot_sample.value
     return total / weights + hot * HOT_LOAD_PER_UNIT
 
 
@@ -187,8 +187,8 @@ def pod_slope(load: NodeLoad, policy: Policy, now: float) -> tuple[float, float]
     cpu = mem = weights = 0.0
     samples = load.samples
     for name, weight, valid, resource in policy.priority_plan:
-        sample = samples.get(name)
-        if sample is None or sample.timestamp + valid <= now:
+        sample = fresh(samples.get(name), valid, now)
+        if sample is None:
             continue
         weights += weight
         if resource == "cpu" and load.allocatable_cpu_milli:

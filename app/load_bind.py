@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from app.bad_request import BadRequest
 from app.bind import BindError, Undo
 from app.estimation import Estimate, Ledger, estimate_usage
 from app.kube import Kube
@@ -22,7 +23,7 @@ from app.load import check_node
 from app.nodestate import NodeLoad
 from app.podinfo import pod_info
 from app.policy_store import PolicyStore
-from app.wire import BadRequest, BindingArgs
+from app.wire import BindingArgs
 
 
 class LoadPreBind:

@@ -8,7 +8,7 @@ from typing import Any
 
 from agent.quantity import parse_bytes as memory_bytes
 from agent.quantity import parse_cpu_milli as cpu_milli
-from app.wire import BadRequest
+from app.bad_request import BadRequest
 
 
 @dataclass(frozen=True, slots=True)

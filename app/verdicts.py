@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from app.annotations import HOT_VALUE_VALID_SECONDS
+from app.annotations import HOT_VALUE_VALID_SECONDS, fresh
 from app.estimation import Ledger
 from app.load import MAX_EXTENDER_SCORE, Rejection, check_node, pod_slope, projected_load, score_node
 from app.nodestate import NodeLoad
@@ -108,10 +108,10 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
     rooms = {"cpu": math.inf, "memory": math.inf}
     checks = []
     for name, limit, valid, resource in policy.predicate_plan:
-        sample = load.samples.get(name)
-        if sample is None or sample.timestamp + valid <= now:
+        sample = fresh(load.samples.get(name), valid, now)
+        if sample is None:
             continue
-        until = min(until, sample.timestamp + valid)
+        until = min(until, sample.expires_at(valid))
         alloc = load.allocatable_cpu_milli if resource == "cpu" else load.allocatable_memory_bytes
         index = _RESOURCE_INDEX.get(resource, 2) if alloc else 2
         counted = units.get(name, 0) if index < 2 else 0
@@ -120,11 +120,12 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
             rooms[resource] = min(rooms[resource], room)
         checks.append(Check(name, index, room, sample.value, counted, limit, sample.timestamp, alloc or 0))
     for name, _weight, valid, _resource in policy.priority_plan:
-        sample = load.samples.get(name)
-        if sample is not None and sample.timestamp + valid > now:
-            until = min(until, sample.timestamp + valid)
-    if load.hot is not None and load.hot.timestamp + HOT_VALUE_VALID_SECONDS > now:
-        until = min(until, load.hot.timestamp + HOT_VALUE_VALID_SECONDS)
+        sample = fresh(load.samples.get(name), valid, now)
+        if sample is not None:
+            until = min(until, sample.expires_at(valid))
+    hot = fresh(load.hot, HOT_VALUE_VALID_SECONDS, now)
+    if hot is not None:
+        until = min(until, hot.expires_at(HOT_VALUE_VALID_SECONDS))
     for e in ledger.on_node(load.name):
         ttl = policy.estimation.tentative_ttl if e.tentative else ledger.shortest_ttl
         until = min(until, e.at + ttl)

@@ -15,17 +15,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-
-class BadRequest(ValueError):
-    """A request Ballast cannot use; answered with HTTP 400 naming ``field`` and ``reason``."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{field}: {reason}")
-
-    def to_json(self) -> dict[str, str]:
-        return {"error": f"{self.field}: {self.reason}", "field": self.field, "reason": self.reason}
+from app.bad_request import BadRequest
 
 
 def load_json(body: bytes) -> Any:

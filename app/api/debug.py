@@ -9,11 +9,12 @@ from fastapi import APIRouter, Request
 
 from app.api.responses import JSONBytes, error
 from app.api.state import services
+from app.bad_request import BadRequest
 from app.explain import PLAIN_POD, explain, explain_node, rank_views
 from app.extender import Extender
 from app.nodestate import NodeLoad
 from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS
-from app.wire import BadRequest, parse_extender_args
+from app.wire import parse_extender_args
 
 log = logging.getLogger("ballast.api")
 

@@ -21,7 +21,8 @@ from starlette.requests import ClientDisconnect
 from app.api.body import BodyTimeout, BodyTooLarge, read_body
 from app.api.responses import JSONBytes, error
 from app.api.state import services
-from app.wire import BadRequest, parse_binding_args, parse_extender_args, parse_object
+from app.bad_request import BadRequest
+from app.wire import parse_binding_args, parse_extender_args, parse_object
 
 log = logging.getLogger("ballast.api")
 router = APIRouter(tags=["extender verbs"])

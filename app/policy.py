@@ -225,6 +225,196 @@ class _Checker:
         return seconds
 
 
+# Each section of ``spec`` has its parser, with the fields it allows beside it. A parser records every
+# problem on the checker and returns what it could build; ``build_policy`` refuses the file if any.
+
+SYNC_POLICY_FIELDS = {"name", "period"}
+
+
+def _sync_policy(c: _Checker, value: Any) -> dict[str, float]:
+    periods: dict[str, float] = {}
+    for i, item in enumerate(c.sequence(value, "spec.syncPolicy")):
+        path = f"spec.syncPolicy[{i}]"
+        if (item := c.mapping(item, path)) is None:
+            continue
+        c.unknown(item, SYNC_POLICY_FIELDS, path)
+        name = c.name(item, path)
+        period = c.duration(item.get("period"), f"{path}.period")
+        if name is None or period is None:
+            continue
+        if name in periods:
+            c.fail(f"{path}.name", f"metric {name!r} appears twice in syncPolicy")
+        periods[name] = period
+    return periods
+
+
+PREDICATE_FIELDS = {"name", "maxLimitPecent", "maxLimitPercent"}
+
+
+def _predicates(c: _Checker, value: Any, periods: Mapping[str, float]) -> list[Predicate]:
+    predicates: list[Predicate] = []
+    for i, item in enumerate(c.sequence(value, "spec.predicate")):
+        path = f"spec.predicate[{i}]"
+        if (item := c.mapping(item, path)) is None:
+            continue
+        c.unknown(item, PREDICATE_FIELDS, path)
+        name = c.name(item, path)
+        if "maxLimitPecent" in item and "maxLimitPercent" in item:
+            c.fail(path, "set either maxLimitPecent (crane's spelling) or maxLimitPercent, not both")
+            continue
+        key = "maxLimitPercent" if "maxLimitPercent" in item else "maxLimitPecent"
+        if key not in item:
+            c.fail(
+                f"{path}.maxLimitPecent", "required: the load ratio in [0, 1] above which a node is rejected"
+            )
+            continue
+        limit = c.number(item[key], f"{path}.{key}", 0.0, 1.0)
+        _synced(c, name, periods, f"{path}.name")
+        if name is not None and limit is not None:
+            predicates.append(Predicate(name, limit))
+    return predicates
+
+
+PRIORITY_FIELDS = {"name", "weight"}
+
+
+def _priorities(c: _Checker, value: Any, periods: Mapping[str, float]) -> list[Priority]:
+    priorities: list[Priority] = []
+    for i, item in enumerate(c.sequence(value, "spec.priority")):
+        path = f"spec.priority[{i}]"
+        if (item := c.mapping(item, path)) is None:
+            continue
+        c.unknown(item, PRIORITY_FIELDS, path)
+        name = c.name(item, path)
+        weight = c.number(item.get("weight"), f"{path}.weight", 0.0, math.inf)
+        _synced(c, name, periods, f"{path}.name")
+        if name is not None and weight is not None:
+            priorities.append(Priority(name, weight))
+    return priorities
+
+
+def _synced(c: _Checker, name: str | None, periods: Mapping[str, float], path: str) -> None:
+    if name is not None and name not in periods:
+        c.fail(path, f"metric {name!r} has no syncPolicy entry, so its freshness is unknown")
+
+
+HOT_VALUE_FIELDS = {"timeRange", "count"}
+
+
+def _hot_values(c: _Checker, value: Any) -> list[HotValueWindow]:
+    hot: list[HotValueWindow] = []
+    for i, item in enumerate(c.sequence(value, "spec.hotValue")):
+        path = f"spec.hotValue[{i}]"
+        if (item := c.mapping(item, path)) is None:
+            continue
+        c.unknown(item, HOT_VALUE_FIELDS, path)
+        time_range = c.duration(item.get("timeRange"), f"{path}.timeRange")
+        count = item.get("count")
+        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+            c.fail(f"{path}.count", f"expected a positive integer, got {count!r}")
+            continue
+        if time_range is not None:
+            hot.append(HotValueWindow(time_range, count))
+    return hot
+
+
+def _legacy_zone(c: _Checker, tz: Any) -> ZoneInfo | None:
+    if tz is None:
+        return None
+    if not isinstance(tz, str) or not tz:
+        c.fail("spec.legacyTimeZone", f"expected an IANA time zone name like 'Asia/Shanghai', got {tz!r}")
+        return None
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        c.fail("spec.legacyTimeZone", f"unknown time zone {tz!r} (use an IANA name like 'Asia/Shanghai')")
+        return None
+
+
+ESTIMATION_FIELDS = {"cpuFactor", "memoryFactor", "defaultCpu", "defaultMemory", "ttl", "tentativeTTL"}
+
+
+def _estimation(c: _Checker, value: Any) -> Estimation:
+    est = c.mapping(value, "spec.estimation")
+    if not est:
+        return Estimation()
+    c.unknown(est, ESTIMATION_FIELDS, "spec.estimation")
+    kw: dict[str, Any] = {}
+    for key, attr in (("cpuFactor", "cpu_factor"), ("memoryFactor", "memory_factor")):
+        if key in est and (v := c.number(est[key], f"spec.estimation.{key}", 0.0, 10.0)) is not None:
+            kw[attr] = v
+    for key, attr, scale in (
+        ("defaultCpu", "default_cpu_milli", 1000),
+        ("defaultMemory", "default_memory_bytes", 1),
+    ):
+        if key in est:
+            try:
+                kw[attr] = math.ceil(parse_quantity(est[key]) * scale)
+            except ValueError as exc:
+                c.fail(f"spec.estimation.{key}", str(exc))
+    if "ttl" in est and (v := c.duration(est["ttl"], "spec.estimation.ttl")) is not None:
+        kw["ttl"] = v
+    if "tentativeTTL" in est and (v := c.duration(est["tentativeTTL"], "spec.estimation.tentativeTTL")):
+        kw["tentative_ttl"] = v
+    return Estimation(**kw)
+
+
+def _metric_resources(c: _Checker, value: Any, periods: Mapping[str, float]) -> dict[str, str]:
+    resources: dict[str, str] = {}
+    for metric, res in (c.mapping(value, "spec.metricResources") or {}).items():
+        if res not in ("cpu", "memory"):
+            c.fail(f"spec.metricResources.{metric}", f"expected 'cpu' or 'memory', got {res!r}")
+        elif metric not in periods:
+            c.fail(f"spec.metricResources.{metric}", f"metric {metric!r} has no syncPolicy entry")
+        else:
+            resources[metric] = res
+    return resources
+
+
+TOPOLOGY_FIELDS = {"awareResources", "scoreWeight"}
+
+
+def _topology(c: _Checker, value: Any) -> TopologySettings:
+    topo = c.mapping(value, "spec.topology")
+    if not topo:
+        return TopologySettings()
+    c.unknown(topo, TOPOLOGY_FIELDS, "spec.topology")
+    kw: dict[str, Any] = {}
+    if "awareResources" in topo:
+        res = topo["awareResources"]
+        if not isinstance(res, list) or "cpu" not in res or not set(res) <= {"cpu", "memory"}:
+            c.fail("spec.topology.awareResources", f"expected [cpu] or [cpu, memory], got {res!r}")
+        else:
+            kw["memory_aware"] = "memory" in res
+    if (
+        "scoreWeight" in topo
+        and (w := c.number(topo["scoreWeight"], "spec.topology.scoreWeight", 0, 1)) is not None
+    ):
+        kw["score_weight"] = w
+    return TopologySettings(**kw)
+
+
+def _scoring(c: _Checker, value: Any) -> str:
+    scoring = "relative" if value is None else value
+    if scoring not in SCORINGS:
+        c.fail("spec.scoring", f"expected one of {', '.join(SCORINGS)}, got {scoring!r}")
+    return scoring
+
+
+SPEC_FIELDS = {
+    "syncPolicy",
+    "predicate",
+    "priority",
+    "hotValue",
+    "legacyTimeZone",
+    "estimation",
+    "metricResources",
+    "topology",
+    "scoring",
+}
+"""Every section of ``spec``; each is read by its parser above (``tests/test_policy.py`` checks both ways)."""
+
+
 def build_policy(document: Any, source: str = "<memory>") -> Policy:
     """Validate a parsed policy document and build the immutable ``Policy``, or raise ``PolicyError``."""
     c = _Checker()
@@ -240,168 +430,22 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
     spec = c.mapping(document.get("spec"), "spec")
     if spec is None:
         raise PolicyError(source, c.problems)
-    c.unknown(
-        spec,
-        {
-            "syncPolicy",
-            "predicate",
-            "priority",
-            "hotValue",
-            "legacyTimeZone",
-            "estimation",
-            "metricResources",
-            "topology",
-            "scoring",
-        },
-        "spec",
+    c.unknown(spec, SPEC_FIELDS, "spec")
+    periods = _sync_policy(c, spec.get("syncPolicy"))
+    policy = dict(
+        sync_periods=periods,
+        predicates=tuple(_predicates(c, spec.get("predicate"), periods)),
+        priorities=tuple(_priorities(c, spec.get("priority"), periods)),
+        hot_values=tuple(_hot_values(c, spec.get("hotValue"))),
+        legacy_zone=_legacy_zone(c, spec.get("legacyTimeZone")),
+        estimation=_estimation(c, spec.get("estimation")),
+        metric_resources=_metric_resources(c, spec.get("metricResources"), periods),
+        topology=_topology(c, spec.get("topology")),
+        scoring=_scoring(c, spec.get("scoring")),
     )
-
-    periods: dict[str, float] = {}
-    for i, item in enumerate(c.sequence(spec.get("syncPolicy"), "spec.syncPolicy")):
-        path = f"spec.syncPolicy[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, {"name", "period"}, path)
-        name = c.name(item, path)
-        period = c.duration(item.get("period"), f"{path}.period")
-        if name is None or period is None:
-            continue
-        if name in periods:
-            c.fail(f"{path}.name", f"metric {name!r} appears twice in syncPolicy")
-        periods[name] = period
-
-    predicates: list[Predicate] = []
-    for i, item in enumerate(c.sequence(spec.get("predicate"), "spec.predicate")):
-        path = f"spec.predicate[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, {"name", "maxLimitPecent", "maxLimitPercent"}, path)
-        name = c.name(item, path)
-        if "maxLimitPecent" in item and "maxLimitPercent" in item:
-            c.fail(path, "set either maxLimitPecent (crane's spelling) or maxLimitPercent, not both")
-            continue
-        key = "maxLimitPercent" if "maxLimitPercent" in item else "maxLimitPecent"
-        if key not in item:
-            c.fail(
-                f"{path}.maxLimitPecent", "required: the load ratio in [0, 1] above which a node is rejected"
-            )
-            continue
-        limit = c.number(item[key], f"{path}.{key}", 0.0, 1.0)
-        if name is not None and name not in periods:
-            c.fail(f"{path}.name", f"metric {name!r} has no syncPolicy entry, so its freshness is unknown")
-        if name is not None and limit is not None:
-            predicates.append(Predicate(name, limit))
-
-    priorities: list[Priority] = []
-    for i, item in enumerate(c.sequence(spec.get("priority"), "spec.priority")):
-        path = f"spec.priority[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, {"name", "weight"}, path)
-        name = c.name(item, path)
-        weight = c.number(item.get("weight"), f"{path}.weight", 0.0, math.inf)
-        if name is not None and name not in periods:
-            c.fail(f"{path}.name", f"metric {name!r} has no syncPolicy entry, so its freshness is unknown")
-        if name is not None and weight is not None:
-            priorities.append(Priority(name, weight))
-
-    hot: list[HotValueWindow] = []
-    for i, item in enumerate(c.sequence(spec.get("hotValue"), "spec.hotValue")):
-        path = f"spec.hotValue[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, {"timeRange", "count"}, path)
-        time_range = c.duration(item.get("timeRange"), f"{path}.timeRange")
-        count = item.get("count")
-        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
-            c.fail(f"{path}.count", f"expected a positive integer, got {count!r}")
-            continue
-        if time_range is not None:
-            hot.append(HotValueWindow(time_range, count))
-
-    zone: ZoneInfo | None = None
-    if (tz := spec.get("legacyTimeZone")) is not None:
-        if not isinstance(tz, str) or not tz:
-            c.fail("spec.legacyTimeZone", f"expected an IANA time zone name like 'Asia/Shanghai', got {tz!r}")
-        else:
-            try:
-                zone = ZoneInfo(tz)
-            except (ZoneInfoNotFoundError, ValueError):
-                c.fail(
-                    "spec.legacyTimeZone", f"unknown time zone {tz!r} (use an IANA name like 'Asia/Shanghai')"
-                )
-
-    estimation = Estimation()
-    est = c.mapping(spec.get("estimation"), "spec.estimation")
-    if est:
-        allowed = {"cpuFactor", "memoryFactor", "defaultCpu", "defaultMemory", "ttl", "tentativeTTL"}
-        c.unknown(est, allowed, "spec.estimation")
-        kw: dict[str, Any] = {}
-        for key, attr in (("cpuFactor", "cpu_factor"), ("memoryFactor", "memory_factor")):
-            if key in est and (v := c.number(est[key], f"spec.estimation.{key}", 0.0, 10.0)) is not None:
-                kw[attr] = v
-        for key, attr, scale in (
-            ("defaultCpu", "default_cpu_milli", 1000),
-            ("defaultMemory", "default_memory_bytes", 1),
-        ):
-            if key in est:
-                try:
-                    kw[attr] = math.ceil(parse_quantity(est[key]) * scale)
-                except ValueError as exc:
-                    c.fail(f"spec.estimation.{key}", str(exc))
-        if "ttl" in est and (v := c.duration(est["ttl"], "spec.estimation.ttl")) is not None:
-            kw["ttl"] = v
-        if "tentativeTTL" in est and (v := c.duration(est["tentativeTTL"], "spec.estimation.tentativeTTL")):
-            kw["tentative_ttl"] = v
-        estimation = Estimation(**kw)
-
-    resources: dict[str, str] = {}
-    mr = c.mapping(spec.get("metricResources"), "spec.metricResources")
-    for metric, res in (mr or {}).items():
-        if res not in ("cpu", "memory"):
-            c.fail(f"spec.metricResources.{metric}", f"expected 'cpu' or 'memory', got {res!r}")
-        elif metric not in periods:
-            c.fail(f"spec.metricResources.{metric}", f"metric {metric!r} has no syncPolicy entry")
-        else:
-            resources[metric] = res
-
-    topology = TopologySettings()
-    topo = c.mapping(spec.get("topology"), "spec.topology")
-    if topo:
-        c.unknown(topo, {"awareResources", "scoreWeight"}, "spec.topology")
-        kw_t: dict[str, Any] = {}
-        if "awareResources" in topo:
-            res = topo["awareResources"]
-            if not isinstance(res, list) or "cpu" not in res or not set(res) <= {"cpu", "memory"}:
-                c.fail("spec.topology.awareResources", f"expected [cpu] or [cpu, memory], got {res!r}")
-            else:
-                kw_t["memory_aware"] = "memory" in res
-        if (
-            "scoreWeight" in topo
-            and (w := c.number(topo["scoreWeight"], "spec.topology.scoreWeight", 0, 1)) is not None
-        ):
-            kw_t["score_weight"] = w
-        topology = TopologySettings(**kw_t)
-
-    scoring = spec.get("scoring", "relative")
-    if scoring not in SCORINGS:
-        c.fail("spec.scoring", f"expected one of {', '.join(SCORINGS)}, got {scoring!r}")
-
     if c.problems:
         raise PolicyError(source, c.problems)
-    return Policy(
-        sync_periods=periods,
-        predicates=tuple(predicates),
-        priorities=tuple(priorities),
-        hot_values=tuple(hot),
-        legacy_zone=zone,
-        estimation=estimation,
-        metric_resources=resources,
-        topology=topology,
-        scoring=scoring,
-        source=source,
-        document=dict(document),
-    )
+    return Policy(**policy, source=source, document=dict(document))
 
 
 def parse_policy(text: str, source: str = "<memory>") -> Policy:

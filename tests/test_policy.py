@@ -6,7 +6,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.policy import PolicyError, load_policy, parse_policy
+from app.policy import (
+    ESTIMATION_FIELDS,
+    HOT_VALUE_FIELDS,
+    PREDICATE_FIELDS,
+    PRIORITY_FIELDS,
+    SPEC_FIELDS,
+    SYNC_POLICY_FIELDS,
+    TOPOLOGY_FIELDS,
+    PolicyError,
+    load_policy,
+    parse_policy,
+)
 from tests.conftest import POLICY_FILE
 
 BASE = """
@@ -253,3 +264,42 @@ def _policy_documents() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("name,text", _policy_documents(), ids=[n for n, _ in _policy_documents()])
 def test_every_shipped_or_documented_policy_loads(name: str, text: str) -> None:
     parse_policy(text, name)
+
+
+def test_spec_sections_documented_and_parsed_are_the_same() -> None:
+    """Both ways: no section is parsed without a README row, and each row's fields are the parser's."""
+    readme = (REPO / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `spec\.(\w+)(?:\[\])?(?: \{([^}]*)\})?`", readme, flags=re.M))
+    assert set(rows) == SPEC_FIELDS
+    allowed = {
+        "syncPolicy": SYNC_POLICY_FIELDS,
+        "predicate": PREDICATE_FIELDS,
+        "priority": PRIORITY_FIELDS,
+        "hotValue": HOT_VALUE_FIELDS,
+        "estimation": ESTIMATION_FIELDS,
+        "topology": TOPOLOGY_FIELDS,
+    }
+    for section, fields in allowed.items():
+        documented = {f.strip() for f in rows[section].split(",")}
+        assert documented <= fields, f"spec.{section}: README documents {documented - fields}"
+        # every allowed field is documented (crane's misspelling's twin is named in the row's text)
+        assert fields - documented <= {"maxLimitPercent"}, (
+            f"spec.{section}: undocumented {fields - documented}"
+        )
+
+
+def test_documented_ballast_sections_example_parses_to_the_defaults() -> None:
+    """The README's block of Ballast's own sections, added to the bundled policy, loads as it says."""
+    readme = (REPO / "README.md").read_text()
+    (block,) = [
+        b for b in re.findall(r"^```yaml\n(.*?)^```", readme, flags=re.M | re.S) if b.startswith("spec:")
+    ]
+    extra = yaml.safe_load(block)["spec"]
+    document = yaml.safe_load(POLICY_FILE.read_text())
+    document["spec"].update(extra)
+    policy = parse_policy(yaml.safe_dump(document))
+    defaults = parse_policy(POLICY_FILE.read_text())
+    assert policy.estimation == defaults.estimation
+    assert policy.topology == defaults.topology and policy.scoring == defaults.scoring == "relative"
+    assert policy.legacy_zone is not None and str(policy.legacy_zone) == "Asia/Shanghai"
+    assert policy.resource_of("cpu_usage_avg_5m") == "cpu"

@@ -112,9 +112,6 @@ class State(StateReader):
     def set_default_cpuset(self, cpus: CPUSet) -> None: ...
 
     @abstractmethod
-    def set_assignments(self, assignments: Assignments) -> None: ...
-
-    @abstractmethod
     def delete(self, pod_uid: str, container: str) -> None:
         """Drop one container's assignment (a pod without containers left is dropped too)."""
 
@@ -172,10 +169,6 @@ class MemoryState(State):
 
     def set_default_cpuset(self, cpus: CPUSet) -> None:
         self._default = cpus
-        self._changed()
-
-    def set_assignments(self, assignments: Assignments) -> None:
-        self._replace(assignments)
         self._changed()
 
     def delete(self, pod_uid: str, container: str) -> None:

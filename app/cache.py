@@ -153,7 +153,6 @@ class _Nodes:
         with self.cache.lock:
             self.cache.raw_nodes = raw
             self.cache.nodes = loads
-        self.cache.node_events += 1
         for cb in self.cache.node_listeners:
             cb("REPLACE", None)
 
@@ -170,7 +169,6 @@ class _Nodes:
             with self.cache.lock:
                 self.cache.raw_nodes[name] = slim
                 self.cache.nodes[name] = load
-        self.cache.node_events += 1
         for cb in self.cache.node_listeners:
             cb(event_type, obj)
 
@@ -202,8 +200,6 @@ class _Pods:
                 self.cache.assumed.pop(r.uid, None)
             if r.uid not in old:
                 self.cache.pod_bound(r)
-        for cb in self.cache.pod_listeners:
-            cb("REPLACE", None)
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         record = pod_record(obj)
@@ -233,8 +229,6 @@ class _Pods:
                 self.cache.assumed.pop(record.uid, None)  # the real annotation replaces the assumption
             if old is None or old.node != record.node:
                 self.cache.pod_bound(record)
-        for cb in self.cache.pod_listeners:
-            cb(event_type, obj)
 
 
 class _Topologies:
@@ -312,9 +306,7 @@ class ClusterCache:
             100_000, assume_ttl, timer=clock
         )
         """Results written at bind, counted until the pod's annotation arrives through the watch."""
-        self.node_events = 0
         self.node_listeners: list[Callable[[str, dict], None]] = []
-        self.pod_listeners: list[Callable[[str, dict | None], None]] = []
         self.reflectors = [
             Reflector(kube, "/api/v1/nodes", _Nodes(self), name="nodes", resync_seconds=resync_seconds),
             Reflector(
@@ -337,9 +329,6 @@ class ClusterCache:
         store.on_change(self._reparse)
 
     # -- lifecycle -------------------------------------------------------------------------------
-
-    def add_reflector(self, reflector: Reflector) -> None:
-        self.reflectors.append(reflector)
 
     def start(self) -> None:
         for r in self.reflectors:

@@ -36,7 +36,6 @@ log = logging.getLogger("ballast.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 class KubeConfigError(RuntimeError):

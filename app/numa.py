@@ -33,7 +33,6 @@ RESULT_ANNOTATION = "topology.crane.io/topology-result"
 POLICY_ANNOTATION = "topology.crane.io/cpu-policy"
 NRT_PATH = "/apis/topology.crane.io/v1alpha1/noderesourcetopologies"
 SINGLE_NUMA = "SingleNUMANodePodLevel"
-EXCLUSIVE_POLICIES = (CPUPolicy.EXCLUSIVE.value, CPUPolicy.IMMOVABLE.value)
 
 
 @dataclass(frozen=True, slots=True)

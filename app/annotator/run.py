@@ -54,7 +54,6 @@ HORIZON_SLACK_SECONDS = 60.0
 """Bindings are kept this much longer than the longest hot-value window (late cycles, clock skew)."""
 STUCK_LOOP_SECONDS = 300.0
 """/healthz fails when the main loop has not turned for this long."""
-SYNC_WAIT_SECONDS = 60.0
 
 
 def lease_namespace(flag: str | None, namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:

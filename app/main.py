@@ -206,9 +206,16 @@ def create_app(
     app.include_router(debug.router)
     app.include_router(health.router)
     errors.install(app)
-    if access_log:
-        app.add_middleware(AccessLog)
     app.openapi = _openapi(app, clock)  # type: ignore[method-assign]
+    build_stack = app.build_middleware_stack
+
+    def build_middleware_stack() -> Any:
+        """kube-scheduler's verbs are answered in front of FastAPI's own stack (``verbs.VerbFastPath``),
+        everything else goes through it; the access log sees every request."""
+        fast = verbs.VerbFastPath(svc, build_stack())
+        return AccessLog(fast) if access_log else fast
+
+    app.build_middleware_stack = build_middleware_stack  # type: ignore[method-assign]
     return app
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from app.nodestate import NodeLoad
@@ -64,6 +66,17 @@ class ExtenderMetrics:
             registry=r,
         )
         self.policy_reloads, self.policy_ok = policy_reload_metrics("ballast", r)
+        self._request_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def request_done(self, verb: str, code: str, seconds: float) -> None:
+        """Count one answered request and its time, through children bound once per (verb, code):
+        ``labels()`` takes a lock and builds a key every call, on the scheduler's critical path."""
+        children = self._request_children.get((verb, code))
+        if children is None:
+            children = (self.requests.labels(verb, code), self.latency.labels(verb))
+            self._request_children[(verb, code)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def count_bad(self, load: NodeLoad) -> None:
         """Count a parsed node's bad annotations (called once per parse, i.e. per node change)."""

@@ -202,28 +202,32 @@ class _Pods:
                 self.cache.pod_bound(r)
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
-        record = pod_record(obj)
-        if record is None:
+        meta = obj.get("metadata") or {}
+        if not meta.get("uid"):
             return
         phase = (obj.get("status") or {}).get("phase")
-        finished = phase in ("Succeeded", "Failed") or bool(
-            (obj.get("metadata") or {}).get("deletionTimestamp")
-        )
+        finished = phase in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp"))
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        gone = event_type == "DELETED" or finished or not node
+        # A pod that leaves needs only its uid and node: reading its resources, containers and topology
+        # result (``pod_record``) would cost as much as the rest of the event, once per deleted pod.
+        uid = str(meta["uid"])
+        record = None if gone else pod_record(obj)
         with self.cache.lock:
-            old = self.cache.pods.get(record.uid)
-            self.cache.usage.pop(record.node, None)
+            old = self.cache.pods.get(uid)
+            self.cache.usage.pop(node, None)
             if old is not None:
                 self.cache.usage.pop(old.node, None)
                 uids = self.cache.pods_by_node.get(old.node)
                 if uids is not None:
-                    uids.discard(record.uid)
-            if event_type == "DELETED" or finished or not record.node:
-                self.cache.pods.pop(record.uid, None)
+                    uids.discard(uid)
+            if record is None:
+                self.cache.pods.pop(uid, None)
             else:
-                self.cache.pods[record.uid] = record
-                self.cache.pods_by_node.setdefault(record.node, set()).add(record.uid)
-        if event_type == "DELETED" or finished or not record.node:
-            self.cache.pod_gone(record.uid)
+                self.cache.pods[uid] = record
+                self.cache.pods_by_node.setdefault(node, set()).add(uid)
+        if record is None:
+            self.cache.pod_gone(uid)
         else:
             if RESULT_ANNOTATION in record.annotations:
                 self.cache.assumed.pop(record.uid, None)  # the real annotation replaces the assumption

@@ -244,14 +244,21 @@ class Ledger:
         return Estimate(pod.uid, f"{pod.namespace}/{pod.name}", "", cpu, mem, now, tentative=True)
 
     def units(
-        self, load: NodeLoad, now: float, skip: str | None = None, bound_only: bool = False
+        self,
+        load: NodeLoad,
+        now: float,
+        skip: str | None = None,
+        bound_only: bool = False,
+        estimates: list[Estimate] | None = None,
     ) -> dict[str, int]:
         """Estimated amounts (millicores or bytes) counted per metric on this node, no incoming pod;
-        ``bound_only`` leaves out tentative holds (what the bind check counts: only placements)."""
+        ``bound_only`` leaves out tentative holds (what the bind check counts: only placements).
+        ``estimates``: the node's ``on_node`` already read by the caller."""
         out: dict[str, int] = {}
-        if not self._by_node.get(load.name):
-            return out
-        estimates = self.on_node(load.name)
+        if estimates is None:
+            if not self._by_node.get(load.name):
+                return out
+            estimates = self.on_node(load.name)
         if bound_only:
             estimates = [e for e in estimates if not e.tentative]
         for metric, resource, ttl in self._plan:
@@ -275,19 +282,24 @@ class Ledger:
         minus: Mapping[str, int] | None = None,
         skip: str | None = None,
         bound_only: bool = False,
+        units: Mapping[str, int] | None = None,
     ) -> dict[str, float]:
         """Usage ratios to add per metric on this node.
 
         ``incoming`` is the pod being filtered (added everywhere, and its own earlier hold is skipped so it
         is not counted twice); ``skip`` leaves out one pod's hold (prioritize re-scoring that pod);
         ``minus`` subtracts amounts per resource (preemption victims); ``bound_only`` counts placed pods
-        only, no tentative holds (the bind check).
+        only, no tentative holds (the bind check). ``units``: this node's ``units(load, now)`` already
+        worked out by the caller (no incoming pod, nothing skipped, holds counted).
         """
-        if not self._by_node.get(load.name) and incoming is None and not minus:
-            return {}
-        if incoming is not None:
-            skip = incoming.uid
-        counted = self.units(load, now, skip, bound_only)
+        if units is not None and incoming is None and skip is None and not bound_only:
+            counted: Mapping[str, int] = units
+        else:
+            if not self._by_node.get(load.name) and incoming is None and not minus:
+                return {}
+            if incoming is not None:
+                skip = incoming.uid
+            counted = self.units(load, now, skip, bound_only)
         out: dict[str, float] = {}
         for metric, resource, _ttl in self._plan:
             if load.samples.get(metric) is None:

@@ -99,8 +99,9 @@ class Derived:
 
 def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
     """The node's standing verdict and score at ``now``, and until when they hold."""
-    extra = ledger.extra(load, policy, now)
-    units = ledger.units(load, now)
+    estimates = ledger.on_node(load.name)  # read once: units, extra and the expiry below share it
+    units = ledger.units(load, now, estimates=estimates)
+    extra = ledger.extra(load, policy, now, units=units)
     blocked = check_node(load, policy, now, extra) is not None
     score = score_node(load, policy, now, extra).score
     projection = (projected_load(load, policy, now, extra), *pod_slope(load, policy, now))
@@ -126,7 +127,7 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
     hot = fresh(load.hot, HOT_VALUE_VALID_SECONDS, now)
     if hot is not None:
         until = min(until, hot.expires_at(HOT_VALUE_VALID_SECONDS))
-    for e in ledger.on_node(load.name):
+    for e in estimates:
         ttl = policy.estimation.tentative_ttl if e.tentative else ledger.shortest_ttl
         until = min(until, e.at + ttl)
     return Derived(load, until, rooms["cpu"], rooms["memory"], blocked, score, tuple(checks), projection)

@@ -27,6 +27,33 @@ class PodInfo:
         return self.uid or f"{self.namespace}/{self.name}"
 
 
+_MEMO_CAP = 4096
+_cpu_memo: dict[str, int] = {}
+_memory_memo: dict[str, int] = {}
+
+
+def _memo(parse: Any, memo: dict[str, int]) -> Any:
+    """``parse`` remembered per quantity string: pods repeat a handful of them ("50m", "64Mi"), and exact
+    parsing (fractions) costs more than the rest of a request's pod reading. Invalid text raises as
+    before and is not remembered; at the cap nothing more is added."""
+
+    def parsed(text: Any) -> int:
+        if type(text) is not str:
+            return parse(text)
+        value = memo.get(text)
+        if value is None:
+            value = parse(text)
+            if len(memo) < _MEMO_CAP:
+                memo[text] = value
+        return value
+
+    return parsed
+
+
+_cpu_milli = _memo(cpu_milli, _cpu_memo)
+_memory_bytes = _memo(memory_bytes, _memory_memo)
+
+
 def _resources(containers: Any, field: str) -> list[tuple[int, int, int, int]]:
     if containers is None:
         return []
@@ -45,10 +72,10 @@ def _resources(containers: Any, field: str) -> list[tuple[int, int, int, int]]:
             raise BadRequest(f"{field}[{i}].resources", "requests and limits must be objects")
         try:
             # The API server defaults requests to limits when only limits are set.
-            cpu_lim = cpu_milli(lim["cpu"]) if "cpu" in lim else 0
-            cpu_req = cpu_milli(req["cpu"]) if "cpu" in req else cpu_lim
-            mem_lim = memory_bytes(lim["memory"]) if "memory" in lim else 0
-            mem_req = memory_bytes(req["memory"]) if "memory" in req else mem_lim
+            cpu_lim = _cpu_milli(lim["cpu"]) if "cpu" in lim else 0
+            cpu_req = _cpu_milli(req["cpu"]) if "cpu" in req else cpu_lim
+            mem_lim = _memory_bytes(lim["memory"]) if "memory" in lim else 0
+            mem_req = _memory_bytes(req["memory"]) if "memory" in req else mem_lim
         except ValueError as exc:
             raise BadRequest(f"{field}[{i}].resources", str(exc)) from exc
         if min(cpu_req, cpu_lim, mem_req, mem_lim) < 0:

@@ -226,3 +226,24 @@ def test_captured_requests_ship_with_the_repo() -> None:
     for f in files:
         body = json.loads(f.read_text())
         assert "Pod" in body or "PodName" in body, f.name
+
+
+def test_the_fast_path_answers_as_the_routes_do() -> None:
+    """kube-scheduler's verbs enter through ``app.api.verbs.VerbFastPath``; the FastAPI routes (which a
+    mounted app, with a root path, still goes through) give the same statuses, answers and counts."""
+    bodies = [(f"/{verb_of(p)}", p.read_bytes()) for p in VERB_FIXTURES]
+    bodies += [("/filter", b"{"), ("/prioritize", b"[]"), ("/preempt", b"{}"), ("/bind", b"{}")]
+    bodies += [("/bind", b'{"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "n"}')]
+    answers = []
+    for root in ("", "/mounted"):
+        app = create_app(load_policy(POLICY_FILE), clock=lambda: CAPTURE_TIME)
+        with TestClient(app, root_path=root) as c:
+            got = [c.post(root + path, content=body) for path, body in bodies]
+            counts = sorted(
+                line
+                for line in c.get(root + "/metrics").text.splitlines()
+                if line.startswith("ballast_extender_requests_total")
+            )
+        answers.append(([(r.status_code, r.json()) for r in got], counts))
+    assert answers[0] == answers[1]
+    assert answers[0][1]  # requests were counted

@@ -55,7 +55,8 @@ class PodRecord:
     annotations: Mapping[str, str]
     scheduler: str
     spec: AgentPod | None = None
-    """The pod as the agent reads it (QoS, exclusive CPUs, topology result), for NUMA zone usage."""
+    """The pod as the agent reads it (QoS, exclusive CPUs, topology result), for NUMA zone usage; the watch
+    keeps it only for pods with a topology result (``pod_record``)."""
     result_memory: Mapping[str, int] = field(default_factory=dict)
     """Memory per zone from the topology result (the agent's parse drops memory)."""
 
@@ -90,7 +91,10 @@ def _rfc3339(text: Any) -> float | None:
         return None
 
 
-def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
+def pod_record(pod: Mapping[str, Any], *, every_spec: bool = True) -> PodRecord | None:
+    """The pod as the cache keeps it. With ``every_spec=False`` (the watch) the agent's reading of the pod
+    (``spec``) is kept only for a pod with a topology result: zone usage counts no other pod, and reading
+    the containers again for each of them would cost a third of every pod event."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     uid = meta.get("uid")
@@ -120,9 +124,13 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
         scheduled_at=scheduled,
         annotations=dict(annotations),
         scheduler=str(spec.get("schedulerName") or ""),
-        spec=parse_pod(pod),
+        spec=parse_pod(pod) if every_spec or RESULT_ANNOTATION in annotations else None,
         result_memory={z: m for z, _c, m in result_zones(annotations.get(RESULT_ANNOTATION)) or ()},
     )
+
+
+def _watched(pod: Mapping[str, Any]) -> PodRecord | None:
+    return pod_record(pod, every_spec=False)
 
 
 def _each(what: str, objects: Iterable[Any], build: Callable[[Any], Any]) -> Iterator[Any]:
@@ -182,7 +190,7 @@ class _Pods:
         self.cache = cache
 
     def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
-        records = {r.uid: r for r in _each("pods", objects, pod_record) if r is not None}
+        records = {r.uid: r for r in _each("pods", objects, _watched) if r is not None}
         with self.cache.lock:
             gone = set(self.cache.pods) - set(records)
             old = self.cache.pods
@@ -212,7 +220,7 @@ class _Pods:
         # A pod that leaves needs only its uid and node: reading its resources, containers and topology
         # result (``pod_record``) would cost as much as the rest of the event, once per deleted pod.
         uid = str(meta["uid"])
-        record = None if gone else pod_record(obj)
+        record = None if gone else _watched(obj)
         with self.cache.lock:
             old = self.cache.pods.get(uid)
             self.cache.usage.pop(node, None)

@@ -5,6 +5,7 @@ them directly and the routes stay thin.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -77,6 +78,8 @@ class Extender:
         self._numa_seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
         """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
         self._rejected_children: dict[str, Any] = {}
+        self._answering = threading.local()
+        """Set while ``answering`` runs a verb in this thread: the board defers what the verb changes."""
         self.request_board: VerdictBoard | None = None
         """Standing verdicts of nodes seen in whole-node requests (updated when a resourceVersion changes)."""
         if ledger is not None:
@@ -86,10 +89,30 @@ class Extender:
         if source is not None and ledger is not None:
             board = VerdictBoard(source.node, lambda: self.store.current, ledger)
             self.board = board
-            ledger.listeners.append(lambda nodes: board.update(nodes, self.clock()))
+            ledger.listeners.append(
+                lambda nodes: (
+                    board.defer(nodes)
+                    if getattr(self._answering, "on", False)
+                    else board.update(nodes, self.clock())
+                )
+            )
             source.node_listeners.append(self._node_changed)
             board.rebuild(source.node_names(), clock())
         store.on_change(self._policy_changed)
+
+    def answering(self, verb: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a verb whose changes to the names-mode board (its hold) wait for ``settle``: the HTTP layer
+        settles once the answer is sent, so recomputing the held node is not on kube-scheduler's wait.
+        Every read of the board settles first, so nothing reads it stale."""
+        self._answering.on = True
+        try:
+            return verb(*args, **kwargs)
+        finally:
+            self._answering.on = False
+
+    def settle(self) -> None:
+        if self.board is not None:
+            self.board.settle(self.clock())
 
     def _node_changed(self, event_type: str, obj: dict[str, Any] | None) -> None:
         assert self.board is not None and self.source is not None

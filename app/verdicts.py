@@ -200,6 +200,8 @@ class VerdictBoard:
         """Counts node recomputations; a request compares it before and after to know none happened."""
         self._memos: dict[tuple[int, int, int], VerdictMemo] = {}
         self._memo_second = -1
+        self._pending: set[str] = set()
+        """Nodes changed by ``defer``, recomputed at the next ``settle`` or ``refresh``."""
 
     def memo(self, cpu_milli: int, memory_bytes: int, second: int) -> VerdictMemo:
         """The memo of verdicts for a pod of this size in this second (empty the first time)."""
@@ -273,6 +275,26 @@ class VerdictBoard:
             heapq.heappush(self._heap, (d.until, name))
             self.next_until = self._heap[0][0]
 
+    def defer(self, names: Iterable[str]) -> None:
+        """Note these nodes as changed without recomputing them yet: the next ``settle`` or ``refresh``
+        (which every read of the board starts with) does. Meanwhile nothing already worked out about them
+        is used: the memos forget them and the generation moves, as on a recomputation."""
+        with self._lock:
+            for name in names:
+                self._pending.add(name)
+                for memo in self._memos.values():
+                    memo.forget(name)
+            self.generation += 1
+
+    def settle(self, now: float) -> None:
+        """Recompute the nodes ``defer`` noted."""
+        if not self._pending:
+            return
+        with self._lock:
+            pending, self._pending = self._pending, set()
+            for name in pending:
+                self._set(name, now)
+
     def update(self, names: Iterable[str], now: float) -> None:
         """Recompute these nodes now (a watch event or an estimate changed them)."""
         with self._lock:
@@ -284,6 +306,7 @@ class VerdictBoard:
         with self._lock:
             self.generation += 1
             self._memos = {}
+            self._pending.clear()
             self.derived.clear()
             self.scored.clear()
             self.projection.clear()
@@ -298,7 +321,10 @@ class VerdictBoard:
                 del self.fragments[name]
 
     def refresh(self, now: float) -> None:
-        """Recompute nodes whose standing verdict expired by ``now``; cheap when none did."""
+        """Recompute nodes noted by ``defer`` and those whose standing verdict expired by ``now``; cheap
+        when there are none."""
+        if self._pending:
+            self.settle(now)
         if now < self.next_until:
             return
         with self._lock:

@@ -98,11 +98,14 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
     changes=st.lists(st.tuples(st.integers(0, 11), node_st), max_size=4),
 )
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.parametrize("deferred", [False, True], ids=["settled", "deferred"])
 @pytest.mark.parametrize("scoring", ["relative", "crane"])
-def test_board_filter_and_prioritize_equal_exact_path(scoring, specs, pods, changes) -> None:
+def test_board_filter_and_prioritize_equal_exact_path(scoring, deferred, specs, pods, changes) -> None:
     """A burst through the board-backed extender answers exactly as the per-node exact path would: each
     pod asked twice (the second time the board's memo answers, and the pod's own hold is scored
-    exactly), with nodes changing between pods (a changed node must leave the memo)."""
+    exactly), with nodes changing between pods (a changed node must leave the memo). ``deferred``: the
+    verbs run as the HTTP layer runs them (``answering``: the board takes in their holds at ``settle``,
+    here only after every seventh answer, so reads meet nodes still pending)."""
     policy = dataclasses.replace(POLICY, scoring=scoring)
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     names = [*loads, "unknown"]
@@ -119,11 +122,23 @@ def test_board_filter_and_prioritize_equal_exact_path(scoring, specs, pods, chan
             "spec": {"containers": [{"resources": {"requests": {"cpu": f"{cpu}m", "memory": str(mem)}}}]},
         }
         args = ExtenderArgs(pod, None, names)
+        calls = 0
+
+        def ask(verb, *a, **kw):
+            nonlocal calls
+            if not deferred:
+                return verb(*a, **kw)
+            calls += 1
+            answer = fast.answering(verb, *a, **kw)
+            if calls % 7 == 0:
+                fast.settle()
+            return answer
+
         for _ in range(2):
-            assert fast.filter(args) == slow.filter(args)
+            assert ask(fast.filter, args) == slow.filter(args)
             expected = slow.prioritize(args)
-            assert decoded(fast.prioritize(args, encoded=True)) == expected
-            assert fast.prioritize(args) == expected  # the board's unencoded path (names it lacks too)
+            assert decoded(ask(fast.prioritize, args, encoded=True)) == expected
+            assert ask(fast.prioritize, args) == expected  # the board's unencoded path (names it lacks too)
         if i < len(changes):
             index, spec = changes[i]
             name = f"n{index % len(specs)}"

@@ -78,10 +78,15 @@ class Verb:
     """The answer kube-scheduler understands for an unexpected fault, given its message."""
     threaded: bool = False
     """``decide`` does blocking I/O: run it in a worker thread."""
+    after: Callable[[], None] | None = None
+    """Work the answer need not wait for (``Extender.settle``): run once it is sent."""
 
 
 async def _run(request: Request, verb: Verb) -> Response:
-    return await answer(services(request), request, verb)
+    response = await answer(services(request), request, verb)
+    if verb.after is not None:
+        verb.after()
+    return response
 
 
 async def answer(svc: Services, request: Request, verb: Verb) -> Response:
@@ -131,7 +136,7 @@ def _filter_verb(svc: Services) -> Verb:
     ext = svc.extender
     return Verb(
         "filter",
-        lambda body: ext.filter(parse_extender_args(body)),
+        lambda body: ext.answering(ext.filter, parse_extender_args(body)),
         lambda msg: {
             "Nodes": None,
             "NodeNames": None,
@@ -139,13 +144,17 @@ def _filter_verb(svc: Services) -> Verb:
             "FailedAndUnresolvableNodes": {},
             "Error": msg,
         },
+        after=ext.settle,
     )
 
 
 def _prioritize_verb(svc: Services) -> Verb:
     ext = svc.extender
     return Verb(
-        "prioritize", lambda body: ext.prioritize(parse_extender_args(body), encoded=True), lambda msg: []
+        "prioritize",
+        lambda body: ext.answering(ext.prioritize, parse_extender_args(body), encoded=True),
+        lambda msg: [],
+        after=ext.settle,
     )
 
 
@@ -210,7 +219,14 @@ class VerbFastPath:
             await self.fallback(scope, receive, send)
             return
         response = await answer(self.svc, Request(scope, receive), verb)
-        await response(scope, receive, send)
+        try:
+            await response(scope, receive, send)
+        finally:
+            if verb.after is not None:
+                try:
+                    verb.after()
+                except Exception:  # the answer is out; a fault here must not become a second one
+                    log.exception("%s: work after the answer failed", verb.name)
 
 
 @router.post(

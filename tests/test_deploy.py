@@ -644,7 +644,11 @@ def copy_sources() -> list[tuple[int, str]]:
 
 
 def test_dockerfile_stages_and_base_image() -> None:
-    assert [s.image for s in STAGES] == ["python:3.11-slim-bookworm"] * 2
+    images = [s.image for s in STAGES]
+    assert len(images) == 2 and images[0] == images[1], "build and run on the same base"
+    name, _, digest = images[0].partition("@")
+    assert name == "python:3.11-slim-bookworm"
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), "base pinned by digest, not tag alone"
     assert STAGES[0].name == "build" and STAGES[-1].name == ""
     final = STAGES[-1]
     for ins in final.all("COPY"):

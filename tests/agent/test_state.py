@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from agent import state as state_mod
+from agent import state_checkpoint as state_mod
 from agent.cpuset import CPUSet
-from agent.state import (
+from agent.state import MemoryState
+from agent.state_checkpoint import (
     CheckpointError,
     CheckpointState,
-    MemoryState,
     StateWriteError,
     checkpoint_checksum,
     decode_checkpoint,

@@ -21,6 +21,7 @@ from agent.nrt import (
     parse_go_bool,
 )
 from agent.topology import CPUTopology
+from agent.topology_sysfs import read_topology
 from tests.agent.sysfs_fixtures import (
     NO_NODE_DIR,
     ONE_SOCKET_NO_SMT,
@@ -35,7 +36,7 @@ UID = "7c2f9a4e-1b0d-4c55-9e8a-0d6f1a2b3c4d"
 
 
 def discover(tmp_path: Path, machine: Machine) -> CPUTopology:
-    return CPUTopology.from_sysfs(write_sysfs(tmp_path / "sys", machine))
+    return read_topology(write_sysfs(tmp_path / "sys", machine))
 
 
 def owner(name: str) -> list[dict[str, Any]]:

@@ -16,7 +16,8 @@ import orjson
 from cachetools import TTLCache
 
 from app.bad_request import BadRequest
-from app.estimation import Estimate, Ledger, estimate_usage
+from app.estimation import Estimate, estimate_usage
+from app.ledger import Ledger
 from app.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
@@ -169,10 +170,10 @@ class Extender:
             return None
         return self.ledger.incoming(pod, now)
 
-    def extra(self, load: NodeLoad, policy: Policy, now: float, incoming: Estimate | None, skip: str = ""):
+    def extra(self, load: NodeLoad, now: float, incoming: Estimate | None, skip: str = ""):
         if self.ledger is None:
             return {}
-        return self.ledger.extra(load, policy, now, incoming, skip=skip or None)
+        return self.ledger.extra(load, now, incoming, skip=skip or None)
 
     # -- verbs --------------------------------------------------------------------------------------
 
@@ -226,7 +227,7 @@ class Extender:
                 load = self._from_name(name)
                 rejection = None
                 if load is not None:
-                    rejection = check_node(load, policy, now, self.extra(load, policy, now, incoming))
+                    rejection = check_node(load, policy, now, self.extra(load, now, incoming))
                 if rejection is None:
                     append(name)
                 else:
@@ -306,7 +307,7 @@ class Extender:
                 load = lookup(name)
                 verdict = None
                 if load is not None:
-                    verdict = check_node(load, policy, now, self.extra(load, policy, now, incoming))
+                    verdict = check_node(load, policy, now, self.extra(load, now, incoming))
             if verdict is None:
                 if not exact:
                     new_passed.add(name)
@@ -422,7 +423,7 @@ class Extender:
             after = [self._exact_load(lambda _n, x=x: x, x.name, pod, policy, now, incoming) for x in loads]
             out = [{"Host": n, "Score": v} for n, v in zip(names, relative_scores(after), strict=True)]
         for load in loads if policy.scoring != "relative" else ():
-            score = score_node(load, policy, now, self.extra(load, policy, now, None, skip=pod.uid)).score
+            score = score_node(load, policy, now, self.extra(load, now, None, skip=pod.uid)).score
             out.append({"Host": load.name, "Score": score})
         self._numa_scores(args.pod, pod, out)
         if self.ledger is not None and out and not pod.daemonset:
@@ -549,9 +550,9 @@ class Extender:
         if load is None:
             return None
         extra = (
-            self.extra(load, policy, now, incoming)
+            self.extra(load, now, incoming)
             if incoming is not None
-            else self.extra(load, policy, now, None, skip=pod.uid)
+            else self.extra(load, now, None, skip=pod.uid)
         )
         return projected_load(load, policy, now, extra)
 
@@ -563,7 +564,7 @@ class Extender:
         load = lookup(name)
         if load is None:
             return 0
-        return score_node(load, policy, now, self.extra(load, policy, now, None, skip=pod.uid)).score
+        return score_node(load, policy, now, self.extra(load, now, None, skip=pod.uid)).score
 
     def preempt(self, body: dict[str, Any]) -> dict[str, Any]:
         """Keep candidate nodes where evicting the victims brings the node under every limit."""
@@ -595,7 +596,7 @@ class Extender:
             load = self.known_node(node)
             if load is not None and not pod.daemonset:
                 extra = (
-                    self.ledger.extra(load, policy, now, incoming, minus=freed)
+                    self.ledger.extra(load, now, incoming, minus=freed)
                     if self.ledger is not None
                     else _minus_only(load, policy, freed, incoming)
                 )

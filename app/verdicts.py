@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import orjson
 
 from app.annotations import HOT_VALUE_VALID_SECONDS, fresh
-from app.estimation import Ledger
+from app.ledger import Ledger
 from app.load import MAX_EXTENDER_SCORE, Rejection, check_node, pod_slope, projected_load, score_node
 from app.nodestate import NodeLoad
 from app.policy import Policy
@@ -99,7 +99,7 @@ class Derived:
 
 def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
     """The node's standing verdict and score at ``now``, and until when they hold."""
-    extra = ledger.extra(load, policy, now)
+    extra = ledger.extra(load, now)
     units = ledger.units(load, now)
     blocked = check_node(load, policy, now, extra) is not None
     score = score_node(load, policy, now, extra).score

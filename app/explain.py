@@ -137,7 +137,7 @@ def numa_view(ext: Extender, node: str, req: NumaRequest | None = None) -> dict[
     if not topo.static:
         view["note"] = "the kubelet manages CPUs on this node: NUMA pods pass"
     elif req is not None:
-        f = ext.numa_fit(req, node)
+        f = ext.numa.fit(req, node)
         if f is not None:
             view["pod"] = {
                 "cpus": req.cpus,

@@ -13,7 +13,6 @@ from operator import itemgetter
 from typing import Any, Protocol
 
 import orjson
-from cachetools import TTLCache
 
 from app.bad_request import BadRequest
 from app.estimation import Estimate, estimate_usage
@@ -21,8 +20,8 @@ from app.ledger import Ledger
 from app.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
-from app.numa import Fit, NodeTopology, NumaRequest, ZoneUsage, combine, fit, numa_request, numa_score
-from app.numa_bind import MISSING
+from app.numa import NodeTopology, ZoneUsage
+from app.numa_check import NumaCheck
 from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
 from app.policy_store import PolicyStore
@@ -75,9 +74,9 @@ class Extender:
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self.board: VerdictBoard | None = None
-        self._numa_seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
-        """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
         self._rejected_children: dict[str, Any] = {}
+        self.numa = NumaCheck(store, source, lambda count: self._rejected("numa").inc(count), clock)
+        """The NUMA side of filter and prioritize; remembers what filter learnt for bind."""
         self.request_board: VerdictBoard | None = None
         """Standing verdicts of nodes seen in whole-node requests (updated when a resourceVersion changes)."""
         if ledger is not None:
@@ -201,7 +200,7 @@ class Extender:
                     keep = set(passed)
                     passing_nodes = [n for n, name in zip(args.nodes, names, strict=True) if name in keep]
             passing_names = [n["metadata"]["name"] for n in passing_nodes]
-            numa_failed = self._numa_filter(args.pod, pod, passing_names, failed)
+            numa_failed = self.numa.filter(args.pod, pod, passing_names, failed)
             if numa_failed:
                 passing_nodes = [n for n in passing_nodes if n["metadata"]["name"] not in numa_failed]
                 passing_names = [n for n in passing_names if n not in numa_failed]
@@ -237,7 +236,7 @@ class Extender:
                 passing, failed = self._filter_from_board(
                     self.board, self._from_name, pod, names, incoming, policy, now
                 )
-            numa_failed = self._numa_filter(args.pod, pod, passing, failed)
+            numa_failed = self.numa.filter(args.pod, pod, passing, failed)
             if numa_failed:
                 passing = [n for n in passing if n not in numa_failed]
             self._hold_single(pod, passing, now)
@@ -324,65 +323,6 @@ class Extender:
         passing = list(filterfalse(failed.__contains__, names)) if failed else list(names)
         return passing, failed
 
-    # -- NUMA ------------------------------------------------------------------------------------
-
-    def numa_seen(self, uid: str) -> NumaRequest | object | None:
-        return self._numa_seen.get(uid, MISSING)
-
-    def _numa_request(self, pod_obj: dict[str, Any], pod: PodInfo) -> NumaRequest | None:
-        req = numa_request(pod_obj)
-        if pod.uid:
-            self._numa_seen[pod.uid] = req
-        return req
-
-    def numa_fit(self, req: NumaRequest, node: str) -> Fit | None:
-        """The NUMA fit on a node whose NRT says Ballast pins CPUs there; ``None`` otherwise (passes)."""
-        if self.source is None:
-            return None
-        topo = self.source.topology(node)
-        if topo is None or not topo.static or not topo.zones:
-            return None
-        return fit(topo, self.source.zone_usage(node), req, self.store.current.topology.memory_aware)
-
-    def numa_pod(self, pod_obj: dict[str, Any], pod: PodInfo) -> NumaRequest | None:
-        """The pod's exclusive-CPU need, when it has one and some node pins CPUs (else no NUMA work).
-
-        Parsing the pod's containers for it costs as much as the rest of a small prioritize, so it is
-        skipped outright while no node's NRT says Ballast pins CPUs (bind looks at the node first too)."""
-        if pod.daemonset or self.source is None or not self.source.pins_cpus():
-            return None
-        return self._numa_request(pod_obj, pod)
-
-    def _numa_filter(
-        self, pod_obj: dict[str, Any], pod: PodInfo, passing: list[str], failed: dict
-    ) -> set[str]:
-        """Reject passing nodes where a pod that needs exclusive CPUs does not fit the NUMA zones."""
-        req = self.numa_pod(pod_obj, pod)
-        if req is None:
-            return set()
-        out = set()
-        for name in passing:
-            f = self.numa_fit(req, name)
-            if f is not None and not f.ok:
-                failed[name] = f.reason
-                out.add(name)
-                self._rejected("numa").inc()
-        return out
-
-    def _numa_scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> bool:
-        """Fold the NUMA score into a NUMA pod's scores; True when any score changed."""
-        req = self.numa_pod(pod_obj, pod)
-        if req is None:
-            return False
-        weight = self.store.current.topology.score_weight
-        changed = False
-        for entry in out:
-            f = self.numa_fit(req, entry["Host"])
-            if f is not None:
-                entry["Score"] = combine(entry["Score"], numa_score(f), weight)
-                changed = True
-        return changed
-
     def _rejected(self, metric: str):
         child = self._rejected_children.get(metric)
         if child is None:
@@ -425,7 +365,7 @@ class Extender:
         for load in loads if policy.scoring != "relative" else ():
             score = score_node(load, policy, now, self.extra(load, now, None, skip=pod.uid)).score
             out.append({"Host": load.name, "Score": score})
-        self._numa_scores(args.pod, pod, out)
+        self.numa.scores(args.pod, pod, out)
         if self.ledger is not None and out and not pod.daemonset:
             # kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most
             # likely get, so the next pod's filter sees it before the bind arrives.
@@ -456,7 +396,7 @@ class Extender:
             exact.add(own.node)
         if lacking:
             exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
-        numa_pod = self.numa_pod(pod_obj, pod) is not None
+        numa_pod = self.numa.request(pod_obj, pod) is not None
         if encoded and not numa_pod and len(exact) <= _FEW_EXACT:
             # The common case: every score is the board's standing one, already encoded per node, but for
             # a few nodes scored exactly: the node holding this pod's own estimate (kube-scheduler asks
@@ -479,7 +419,7 @@ class Extender:
                 if name in exact:
                     values[i] = self._exact_score(lookup, name, pod, policy, now)
         out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
-        if self._numa_scores(pod_obj, pod, out):
+        if self.numa.scores(pod_obj, pod, out):
             values = [e["Score"] for e in out]
         if self.ledger is not None and out and not pod.daemonset:
             self.ledger.hold(pod, names[values.index(max(values))], now)
@@ -519,7 +459,7 @@ class Extender:
             for i in _positions(names, name):
                 loads[i] = value
         scores = relative_scores(loads)
-        numa_pod = self.numa_pod(pod_obj, pod) is not None
+        numa_pod = self.numa.request(pod_obj, pod) is not None
         if not numa_pod and self.ledger is not None and names and not pod.daemonset:
             self.ledger.hold(pod, names[scores.index(max(scores))], now)
         if encoded and not numa_pod:
@@ -529,7 +469,7 @@ class Extender:
             return b"[" + b",".join(map(tuple.__getitem__, frags, scores)) + b"]"
         out = [{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)]
         if numa_pod:
-            self._numa_scores(pod_obj, pod, out)
+            self.numa.scores(pod_obj, pod, out)
             if self.ledger is not None and out and not pod.daemonset:
                 best = max(range(len(out)), key=lambda i: out[i]["Score"])
                 self.ledger.hold(pod, names[best], now)

@@ -150,7 +150,7 @@ def create_app(
         load_check = LoadPreBind(
             kube, ledger, store, cache.node, clock, lambda metric: metrics.binds_refused.labels(metric).inc()
         )
-        numa = NumaPreBind(kube, cache, store, extender.numa_seen, result_key)
+        numa = NumaPreBind(kube, cache, store, extender.numa.seen, result_key)
         binder = Binder(kube, ledger, clock, pre_bind=[load_check, numa])
     svc = Services(
         store=store,

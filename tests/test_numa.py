@@ -322,11 +322,11 @@ def test_numa_work_follows_whether_any_node_pins_cpus(numa, fake_kube) -> None:
     assert wait_until(lambda: not cache.pins_cpus())
     first = fake_kube.add(guaranteed("early", 4))
     client.post("/filter", json={"Pod": fake_kube.get("pods", "early", namespace="shop"), "NodeNames": [N1]})
-    assert ext.numa_seen(first["metadata"]["uid"]) is MISSING
+    assert ext.numa.seen(first["metadata"]["uid"]) is MISSING
     fake_kube.add(make_nrt(N1, zones=zones(8, 8)))
     assert wait_until(cache.pins_cpus)
     late = fake_kube.add(guaranteed("late", 20))  # more than any zone of N1 holds
     pod = fake_kube.get("pods", "late", namespace="shop")
     out = client.post("/filter", json={"Pod": pod, "NodeNames": [N1]}).json()
-    assert ext.numa_seen(late["metadata"]["uid"]) is not MISSING
+    assert ext.numa.seen(late["metadata"]["uid"]) is not MISSING
     assert N1 in out["FailedNodes"], out

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from itertools import filterfalse
 from operator import itemgetter
 from typing import Any, Protocol
 
 import orjson
 
+from app import estimation
 from app.bad_request import BadRequest
-from app.estimation import Estimate, estimate_usage
+from app.estimation import Estimate, estimate_usage, metric_plan
 from app.ledger import Ledger
 from app.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.metrics import ExtenderMetrics
@@ -26,8 +25,8 @@ from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
 from app.policy_store import PolicyStore
 from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
-from app.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, fragments, judge, tier
-from app.wire import ExtenderArgs
+from app.verdicts import VerdictBoard, filter_names, fragments
+from app.wire import ExtenderArgs, require_pod
 
 log = logging.getLogger("ballast.extender")
 
@@ -258,69 +257,18 @@ class Extender:
         policy: Policy,
         now: float,
     ) -> tuple[list[str], dict[str, str]]:
-        """Names-mode filter from the verdict board: non-tight nodes pass at the cost of a set lookup, tight
-        ones are judged from precomputed rooms, and only the pod's own hold, nodes the board lacks and
-        float ties take the exact path. Same verdicts and reasons as ``check_node`` (tests compare)."""
-        board.refresh(now)
-        cpu = incoming.cpu_milli if incoming is not None else 0
-        mem = incoming.memory_bytes if incoming is not None else 0
-        cpu_tier, mem_tier = tier(cpu, CPU_TIERS), tier(mem, MEMORY_TIERS)
-        small = cpu_tier is not None and mem_tier is not None
-        blocked = board.blocked
-        tight_cpu = board.tight_cpu[cpu_tier] if cpu_tier is not None else blocked
-        tight_mem = board.tight_memory[mem_tier] if mem_tier is not None else blocked
-        derived = board.derived
-        special: set[str] = set()
-        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
-        if own is not None:
-            special.add(own.node)
-        if len(names) > len(derived):
-            special.update(n for n in names if n not in derived)
-        # Nodes that need a look: over a limit, too tight for a pod this size, or special. One C-level
-        # union; everything else passes through a comprehension at a set lookup per node.
-        if small:
-            look = blocked | tight_cpu | tight_mem | special if special else blocked | tight_cpu | tight_mem
-            checked = look.intersection(names)
-        else:
-            checked = set(names)
-        # Verdicts already worked out this second for a pod of this size (the watch thread may drop
-        # entries meanwhile: read each once, and whatever is gone is worked out again).
-        memo = board.memo(cpu, mem, round(now))
-        generation = board.generation
-        entries = memo.failed
-        known = entries.keys() & checked
-        if special:
-            known -= special
-        hits = {name: e for name in known if (e := entries.get(name)) is not None}
-        failed = {name: e[0] for name, e in hits.items()}
-        rejected_by = Counter(e[1] for e in hits.values())
-        todo = checked - hits.keys()
-        todo -= memo.passed - special if special else memo.passed
-        new_failed: dict[str, tuple[str, str]] = {}
-        new_passed: set[str] = set()
-        for name in todo:
-            d = derived.get(name)
-            exact = d is None or name in special
-            verdict = UNSURE if exact else judge(d, cpu, mem, now)
-            if verdict is UNSURE:
-                load = lookup(name)
-                verdict = None
-                if load is not None:
-                    verdict = check_node(load, policy, now, self.extra(load, now, incoming))
-            if verdict is None:
-                if not exact:
-                    new_passed.add(name)
-                continue
-            assert isinstance(verdict, Rejection)
-            failed[name] = verdict.reason
-            rejected_by[verdict.metric] += 1
-            if not exact:
-                new_failed[name] = (verdict.reason, verdict.metric)
-        if new_failed or new_passed:
-            board.record(memo, generation, new_failed, new_passed)
+        """Names-mode filter from the verdict board (``app.verdicts.filter_names``)."""
+
+        def exact_check(name: str) -> Rejection | None:
+            load = lookup(name)
+            return None if load is None else check_node(load, policy, now, self.extra(load, now, incoming))
+
+        cpu, mem = _size(incoming)
+        passing, failed, rejected_by = filter_names(
+            board, names, cpu, mem, now, self._own_node(pod), exact_check
+        )
         for metric, count in rejected_by.items():
             self._rejected(metric).inc(count)
-        passing = list(filterfalse(failed.__contains__, names)) if failed else list(names)
         return passing, failed
 
     def _rejected(self, metric: str):
@@ -329,10 +277,21 @@ class Extender:
             child = self._rejected_children[metric] = self.metrics.rejected.labels(metric)
         return child
 
+    def _own_node(self, pod: PodInfo) -> str | None:
+        """The node holding this pod's own estimate (kube-scheduler asks again after a failed attempt)."""
+        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
+        return own.node if own is not None else None
+
     def _hold_single(self, pod: PodInfo, passing: list[str], now: float) -> None:
         """With one feasible node kube-scheduler skips prioritize: hold the estimate here instead."""
-        if self.ledger is not None and len(passing) == 1 and not pod.daemonset:
-            self.ledger.hold(pod, passing[0], now)
+        if len(passing) == 1:
+            self._hold_best(pod, passing, [0], now)
+
+    def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
+        """kube-scheduler binds asynchronously: hold this pod's estimate on the first best-scoring node, the
+        one it will most likely get, so the next pod's filter sees it before the bind arrives."""
+        if self.ledger is not None and names and not pod.daemonset:
+            self.ledger.hold(pod, names[scores.index(max(scores))], now)
 
     def prioritize(self, args: ExtenderArgs, encoded: bool = False) -> list[dict[str, Any]] | bytes:
         """Scores for kube-scheduler; with ``encoded`` the answer may come back as ready JSON bytes."""
@@ -366,11 +325,7 @@ class Extender:
             score = score_node(load, policy, now, self.extra(load, now, None, skip=pod.uid)).score
             out.append({"Host": load.name, "Score": score})
         self.numa.scores(args.pod, pod, out)
-        if self.ledger is not None and out and not pod.daemonset:
-            # kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most
-            # likely get, so the next pod's filter sees it before the bind arrives.
-            best = max(out, key=lambda e: e["Score"])
-            self.ledger.hold(pod, best["Host"], now)
+        self._hold_best(pod, [e["Host"] for e in out], [e["Score"] for e in out], now)
         return out
 
     def _prioritize_from_board(
@@ -391,9 +346,8 @@ class Extender:
         lacking = None in entries
         values = [None if e is None else e[0] for e in entries] if lacking else list(map(_score_of, entries))
         exact = set()
-        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
-        if own is not None:
-            exact.add(own.node)
+        if (own := self._own_node(pod)) is not None:
+            exact.add(own)
         if lacking:
             exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
         numa_pod = self.numa.request(pod_obj, pod) is not None
@@ -411,8 +365,7 @@ class Extender:
                 for i in _positions(names, name):
                     values[i] = score
                     parts[i] = orjson.dumps({"Host": name, "Score": score})
-            if self.ledger is not None and names and not pod.daemonset:
-                self.ledger.hold(pod, names[values.index(max(values))], now)
+            self._hold_best(pod, names, values, now)
             return b"[" + b",".join(parts) + b"]"
         if exact:
             for i, name in enumerate(names):
@@ -421,8 +374,7 @@ class Extender:
         out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
         if self.numa.scores(pod_obj, pod, out):
             values = [e["Score"] for e in out]
-        if self.ledger is not None and out and not pod.daemonset:
-            self.ledger.hold(pod, names[values.index(max(values))], now)
+        self._hold_best(pod, names, values, now)
         return out
 
     def _relative_from_board(
@@ -441,12 +393,10 @@ class Extender:
         holding this pod's own estimate and names the board lacks."""
         entries = list(map(board.projection.get, names))  # C-level; None for names the board lacks
         incoming = self.incoming(pod, now)
-        cpu = incoming.cpu_milli if incoming is not None else 0
-        mem = incoming.memory_bytes if incoming is not None else 0
+        cpu, mem = _size(incoming)
         exact = set()
-        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
-        if own is not None:
-            exact.add(own.node)
+        if (own := self._own_node(pod)) is not None:
+            exact.add(own)
         if None in entries:
             exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
             entries = [e if e is not None else _NO_PROJECTION for e in entries]
@@ -460,8 +410,8 @@ class Extender:
                 loads[i] = value
         scores = relative_scores(loads)
         numa_pod = self.numa.request(pod_obj, pod) is not None
-        if not numa_pod and self.ledger is not None and names and not pod.daemonset:
-            self.ledger.hold(pod, names[scores.index(max(scores))], now)
+        if not numa_pod:
+            self._hold_best(pod, names, scores, now)
         if encoded and not numa_pod:
             frags = list(map(board.fragments.get, names))
             if None in frags:
@@ -470,9 +420,7 @@ class Extender:
         out = [{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)]
         if numa_pod:
             self.numa.scores(pod_obj, pod, out)
-            if self.ledger is not None and out and not pod.daemonset:
-                best = max(range(len(out)), key=lambda i: out[i]["Score"])
-                self.ledger.hold(pod, names[best], now)
+            self._hold_best(pod, names, [e["Score"] for e in out], now)
         return out
 
     def _exact_load(
@@ -511,7 +459,7 @@ class Extender:
         policy = self.store.current
         now = self.clock()
         folded = {k.lower(): v for k, v in body.items()}
-        pod = pod_info(_require_pod(folded))
+        pod = pod_info(require_pod(folded))
         incoming = self.incoming(pod, now)
         full = folded.get("nodenametovictims")
         meta = folded.get("nodenametometavictims")
@@ -538,7 +486,7 @@ class Extender:
                 extra = (
                     self.ledger.extra(load, now, incoming, minus=freed)
                     if self.ledger is not None
-                    else _minus_only(load, policy, freed, incoming)
+                    else estimation.extra(load, metric_plan(policy), {}, minus=freed)
                 )
                 rejection = check_node(load, policy, now, extra)
                 if rejection is not None:
@@ -598,21 +546,6 @@ def _positions(items: list[str], value: str) -> Iterator[int]:
         yield i
 
 
-def _require_pod(folded: dict[str, Any]) -> dict[str, Any]:
-    pod = folded.get("pod")
-    if not isinstance(pod, dict):
-        raise BadRequest("Pod", "required: the pod being scheduled")
-    return pod
-
-
-def _minus_only(
-    load: NodeLoad, policy: Policy, freed: dict[str, int], incoming: Estimate | None
-) -> dict[str, float]:
-    """Without a ledger, only the victims' freed usage changes the verdict."""
-    out = {}
-    for metric in load.samples:
-        resource = policy.resource_of(metric)
-        alloc = load.allocatable_cpu_milli if resource == "cpu" else load.allocatable_memory_bytes
-        if resource and alloc:
-            out[metric] = -freed.get(resource, 0) / alloc
-    return out
+def _size(incoming: Estimate | None) -> tuple[int, int]:
+    """The incoming pod's estimate (millicores, bytes); nothing without one."""
+    return (incoming.cpu_milli, incoming.memory_bytes) if incoming is not None else (0, 0)

@@ -34,7 +34,8 @@ def _fold(doc: Any, what: str) -> dict[str, Any]:
     return {k.lower(): v for k, v in doc.items()}
 
 
-def _pod(folded: Mapping[str, Any]) -> dict[str, Any]:
+def require_pod(folded: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Pod`` of a request whose top-level keys are folded to lower case."""
     pod = folded.get("pod")
     if pod is None:
         raise BadRequest("Pod", "required: the pod being scheduled")
@@ -69,7 +70,7 @@ def node_name(node: Mapping[str, Any]) -> str:
 def parse_extender_args(body: bytes, require_nodes: bool = True) -> ExtenderArgs:
     """Read ExtenderArgs (filter, prioritize). Raises ``BadRequest`` naming the field at fault."""
     folded = _fold(load_json(body), "ExtenderArgs")
-    pod = _pod(folded)
+    pod = require_pod(folded)
     nodes_obj = folded.get("nodes")
     nodes: list[dict[str, Any]] | None = None
     if nodes_obj is not None:

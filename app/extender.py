@@ -26,7 +26,7 @@ from app.policy import Policy
 from app.policy_store import PolicyStore
 from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
 from app.verdicts import VerdictBoard, filter_names, fragments
-from app.wire import ExtenderArgs, require_pod
+from app.wire import ExtenderArgs, filter_result, require_pod
 
 log = logging.getLogger("ballast.extender")
 
@@ -204,13 +204,7 @@ class Extender:
                 passing_nodes = [n for n in passing_nodes if n["metadata"]["name"] not in numa_failed]
                 passing_names = [n for n in passing_names if n not in numa_failed]
             self._hold_single(pod, passing_names, now)
-            return {
-                "Nodes": {"metadata": {}, "items": passing_nodes},
-                "NodeNames": None,
-                "FailedNodes": failed,
-                "FailedAndUnresolvableNodes": {},
-                "Error": "",
-            }
+            return filter_result(nodes=passing_nodes, failed=failed)
         names = args.node_names or []
         self._seen["filter"].inc(len(names))
         if self.source is None:
@@ -239,13 +233,7 @@ class Extender:
             if numa_failed:
                 passing = [n for n in passing if n not in numa_failed]
             self._hold_single(pod, passing, now)
-        return {
-            "Nodes": None,
-            "NodeNames": passing,
-            "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": {},
-            "Error": "",
-        }
+        return filter_result(names=passing, failed=failed)
 
     def _filter_from_board(
         self,

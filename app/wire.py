@@ -61,6 +61,22 @@ class ExtenderArgs:
         return list(self.node_names or [])
 
 
+def filter_result(
+    nodes: list[dict[str, Any]] | None = None,
+    names: list[str] | None = None,
+    failed: dict[str, str] | None = None,
+    error: str = "",
+) -> dict[str, Any]:
+    """An ExtenderFilterResult: the passing Node objects or names, the failed nodes with reasons."""
+    return {
+        "Nodes": {"metadata": {}, "items": nodes} if nodes is not None else None,
+        "NodeNames": names,
+        "FailedNodes": failed if failed is not None else {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": error,
+    }
+
+
 def node_name(node: Mapping[str, Any]) -> str:
     meta = node.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None

@@ -47,10 +47,6 @@ class StateReader(ABC):
     def get_assignments(self) -> Assignments:
         """A read-only snapshot: pod UID -> container name -> cpuset."""
 
-    def get_cpuset_or_default(self, pod_uid: str, container: str) -> CPUSet:
-        cpus = self.get_cpuset(pod_uid, container)
-        return cpus if cpus is not None else self.get_default_cpuset()
-
     def pod_cpus(self, pod_uid: str) -> CPUSet:
         """Union of the pod's assignments (empty when it has none)."""
         return CPUSet().union(*self.get_assignments().get(pod_uid, {}).values())

@@ -197,11 +197,6 @@ class CPUTopology:
         """``NumCPUs / NumCores`` rounded down, as the kubelet computes it (0 for an empty topology)."""
         return self.num_cpus // self.num_cores if self.num_cores else 0
 
-    @property
-    def cpus_per_socket(self) -> int:
-        """``NumCPUs / NumSockets`` rounded down, as the kubelet computes it (0 for an empty topology)."""
-        return self.num_cpus // self.num_sockets if self.num_sockets else 0
-
     # --- id lists -----------------------------------------------------------------------------------
 
     @property

@@ -196,7 +196,6 @@ class VerdictBoard:
         self.tight_memory: list[set[str]] = [set() for _ in MEMORY_TIERS]
         self._heap: list[tuple[float, str]] = []
         self.next_until = math.inf
-        self.recomputed = 0
         self.generation = 0
         """Counts node recomputations; a request compares it before and after to know none happened."""
         self._memos: dict[tuple[int, int, int], VerdictMemo] = {}
@@ -255,7 +254,6 @@ class VerdictBoard:
             # it): it stands as a node without information, like one whose annotations are missing.
             log.exception("verdict board: could not judge node %s; it counts as no information", name)
             d = derive(NodeLoad(name), self._policy(), self.ledger, now)
-        self.recomputed += 1
         self.derived[name] = d
         entry = self.scored.get(name)
         if entry is None or entry[0] != d.score:

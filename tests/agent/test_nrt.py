@@ -30,6 +30,7 @@ from tests.agent.sysfs_fixtures import (
     Machine,
     write_sysfs,
 )
+from tests.fakekube.patches import merge_patch
 
 GiB = 2**30
 UID = "7c2f9a4e-1b0d-4c55-9e8a-0d6f1a2b3c4d"
@@ -210,19 +211,6 @@ def test_static_kubelet_disables_the_agent_cpu_manager(policy: str, expected: st
 
 
 # --- diffing and patching ----------------------------------------------------------------------------
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the API server applies ``application/merge-patch+json``."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.topology import CPUTopology, TopologyError
+from agent.topology_sysfs import read_topology
 from app.cliargs import HelpFormatter
 from app.durations import parse_duration
 
@@ -229,7 +230,7 @@ def topology_table(topology: CPUTopology) -> str:
 def show_topology(args: argparse.Namespace) -> int:
     """``ballast agent topology``: discover from ``--sysfs`` and print; exit 1 naming the file on failure."""
     try:
-        topology = CPUTopology.from_sysfs(args.sysfs)
+        topology = read_topology(args.sysfs)
     except TopologyError as e:
         print(f"ballast agent topology: {e}", file=sys.stderr)
         return 1

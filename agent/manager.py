@@ -22,8 +22,8 @@ an annotation that arrives after the pod (crane's informer missed those) is hono
 assigned they are frozen while the pod lives: a later annotation edit is not a resize. After an agent
 restart they are read again from the pods.
 
-The checkpoint (``agent.state.CheckpointState``) is validated at start; a rejected one is moved aside,
-counted, and the state is rebuilt from the running pods by step 3 of the first pass.
+The checkpoint (``agent.state_checkpoint.CheckpointState``) is validated at start; a rejected one is moved
+aside, counted, and the state is rebuilt from the running pods by step 3 of the first pass.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from agent.metrics import CPUManagerMetrics
 from agent.podspec import CPUPolicy, PodInfo, parse_pod
 from agent.policy import AllocationError, PodDecision, StaticPolicy
 from agent.runtime import ContainerRef, ContainerRuntime, RuntimeCallError
-from agent.state import DEFAULT_STATE_PATH, CheckpointState, StateReader, StateWriteError
+from agent.state import StateReader
+from agent.state_checkpoint import DEFAULT_STATE_PATH, CheckpointState, StateWriteError
 from agent.topology import CPUTopology
 
 __all__ = ["DEFAULT_RECONCILE_PERIOD", "DEFAULT_STATE_PATH", "CPUManager", "ReconcileResult"]
@@ -85,10 +86,10 @@ class CPUManager:
         metrics: CPUManagerMetrics | None = None,
         result_key: bytes | None = None,
     ) -> None:
-        """``state_path``: the checkpoint (``agent.state.DEFAULT_STATE_PATH`` on a node); ``runtime``: where
-        cpusets go (``CRIRuntime`` on a node); ``allowed_schedulers``: the ``spec.schedulerName`` values
-        whose topology results are trusted; ``default_policy``: for pods without a valid cpu-policy
-        annotation; ``node_name``: pods of other nodes are ignored."""
+        """``state_path``: the checkpoint (``agent.state_checkpoint.DEFAULT_STATE_PATH`` on a node);
+        ``runtime``: where cpusets go (``CRIRuntime`` on a node); ``allowed_schedulers``: the
+        ``spec.schedulerName`` values whose topology results are trusted; ``default_policy``: for pods
+        without a valid cpu-policy annotation; ``node_name``: pods of other nodes are ignored."""
         if runtime is None:
             raise ValueError("CPUManager needs a runtime (agent.runtime.CRIRuntime for a real node)")
         if not node_name:

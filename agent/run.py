@@ -39,6 +39,7 @@ from agent.publisher import (
     PublisherMetrics,
 )
 from agent.topology import CPUTopology, TopologyError
+from agent.topology_sysfs import read_topology
 from app.kube import Kube, KubeConfigError, Reflector, load_api_client
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.seal import SealKeyError, load_key
@@ -292,7 +293,7 @@ def run(
         print(NODE_NAME_MISSING, file=sys.stderr)
         return 2
     try:
-        topology = CPUTopology.from_sysfs(args.sysfs)
+        topology = read_topology(args.sysfs)
     except TopologyError as e:
         log.error("topology discovery failed: %s", e)
         return 1

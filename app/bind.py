@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from app.estimation import Ledger
 from app.kube import ApiError, Kube
+from app.ledger import Ledger
 from app.wire import BindingArgs
 
 log = logging.getLogger("ballast.bind")

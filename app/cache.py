@@ -21,8 +21,8 @@ from cachetools import TTLCache
 from agent.podspec import PodInfo as AgentPod
 from agent.podspec import parse_pod
 from app.bad_request import BadRequest
-from app.estimation import Ledger
 from app.kube import Kube, Reflector
+from app.ledger import Ledger
 from app.nodestate import NodeLoad, parse_node
 from app.numa import (
     NRT_PATH,

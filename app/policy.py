@@ -9,7 +9,7 @@ skipped predicates without a sync period) is worse than one that refuses to star
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,6 +188,16 @@ class _Checker:
             return []
         return value
 
+    def entries(self, value: Any, section: str, allowed: set[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Each entry of a list section as ``(path, mapping)``; entries that are not mappings and fields
+        not in ``allowed`` are reported."""
+        for i, item in enumerate(self.sequence(value, section)):
+            path = f"{section}[{i}]"
+            if (entry := self.mapping(item, path)) is None:
+                continue
+            self.unknown(entry, allowed, path)
+            yield path, entry
+
     def unknown(self, item: Mapping[str, Any], allowed: set[str], path: str) -> None:
         for key in item:
             if key not in allowed:
@@ -233,11 +243,7 @@ SYNC_POLICY_FIELDS = {"name", "period"}
 
 def _sync_policy(c: _Checker, value: Any) -> dict[str, float]:
     periods: dict[str, float] = {}
-    for i, item in enumerate(c.sequence(value, "spec.syncPolicy")):
-        path = f"spec.syncPolicy[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, SYNC_POLICY_FIELDS, path)
+    for path, item in c.entries(value, "spec.syncPolicy", SYNC_POLICY_FIELDS):
         name = c.name(item, path)
         period = c.duration(item.get("period"), f"{path}.period")
         if name is None or period is None:
@@ -253,11 +259,7 @@ PREDICATE_FIELDS = {"name", "maxLimitPecent", "maxLimitPercent"}
 
 def _predicates(c: _Checker, value: Any, periods: Mapping[str, float]) -> list[Predicate]:
     predicates: list[Predicate] = []
-    for i, item in enumerate(c.sequence(value, "spec.predicate")):
-        path = f"spec.predicate[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, PREDICATE_FIELDS, path)
+    for path, item in c.entries(value, "spec.predicate", PREDICATE_FIELDS):
         name = c.name(item, path)
         if "maxLimitPecent" in item and "maxLimitPercent" in item:
             c.fail(path, "set either maxLimitPecent (crane's spelling) or maxLimitPercent, not both")
@@ -280,11 +282,7 @@ PRIORITY_FIELDS = {"name", "weight"}
 
 def _priorities(c: _Checker, value: Any, periods: Mapping[str, float]) -> list[Priority]:
     priorities: list[Priority] = []
-    for i, item in enumerate(c.sequence(value, "spec.priority")):
-        path = f"spec.priority[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, PRIORITY_FIELDS, path)
+    for path, item in c.entries(value, "spec.priority", PRIORITY_FIELDS):
         name = c.name(item, path)
         weight = c.number(item.get("weight"), f"{path}.weight", 0.0, math.inf)
         _synced(c, name, periods, f"{path}.name")
@@ -303,11 +301,7 @@ HOT_VALUE_FIELDS = {"timeRange", "count"}
 
 def _hot_values(c: _Checker, value: Any) -> list[HotValueWindow]:
     hot: list[HotValueWindow] = []
-    for i, item in enumerate(c.sequence(value, "spec.hotValue")):
-        path = f"spec.hotValue[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, HOT_VALUE_FIELDS, path)
+    for path, item in c.entries(value, "spec.hotValue", HOT_VALUE_FIELDS):
         time_range = c.duration(item.get("timeRange"), f"{path}.timeRange")
         count = item.get("count")
         if isinstance(count, bool) or not isinstance(count, int) or count <= 0:

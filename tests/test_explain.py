@@ -156,11 +156,11 @@ def test_explain_writes_nothing_to_the_cluster_cache(cached: TestClient) -> None
     body["NodeNames"] = [n for n in body["NodeNames"] if n.startswith("ip-10-0-40-140")]
     uid = body["Pod"]["metadata"]["uid"]
     assert cached.post("/explain", json=body).status_code == 200
-    assert ext.ledger.known(uid) is None and ext.numa_seen(uid) is MISSING
+    assert ext.ledger.known(uid) is None and ext.numa.seen(uid) is MISSING
     cached.post("/filter", json=body)
     assert ext.ledger.known(uid) is not None  # the verbs do write
     # what filter learns about the pod's NUMA need is only worked out once some node pins CPUs
-    assert ext.numa_seen(uid) is MISSING and not ext.source.pins_cpus()
+    assert ext.numa.seen(uid) is MISSING and not ext.source.pins_cpus()
 
 
 class Clock:

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.annotations import format_hot_value, format_load
-from app.estimation import Ledger
 from app.explain import explain
 from app.extender import Extender
+from app.ledger import Ledger
 from app.load import projected_load, relative_scores
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
@@ -176,9 +176,9 @@ def simulate_burst(policy, pods: int, seed: int) -> tuple[list[float], list[floa
         chosen = rng.choice([n for n in passing if got[n] == top])
         ext.ledger.bound(pod_info(args.pod), f"u{i}", chosen, NOW)
     before = [projected_load(loads[n], policy, NOW) for n in names]
-    after = [projected_load(loads[n], policy, NOW, ext.ledger.extra(loads[n], policy, NOW)) for n in names]
+    after = [projected_load(loads[n], policy, NOW, ext.ledger.extra(loads[n], NOW)) for n in names]
     over = sum(
-        usage[i] + ext.ledger.extra(loads[n], policy, NOW).get("cpu_usage_avg_5m", 0.0) > LIMIT
+        usage[i] + ext.ledger.extra(loads[n], NOW).get("cpu_usage_avg_5m", 0.0) > LIMIT
         for i, n in enumerate(names)
     )
     return before, after, over

@@ -22,7 +22,7 @@ from app.api.body import BodyTimeout, BodyTooLarge, read_body
 from app.api.responses import JSONBytes, error
 from app.api.state import services
 from app.bad_request import BadRequest
-from app.wire import parse_binding_args, parse_extender_args, parse_object
+from app.wire import filter_result, parse_binding_args, parse_extender_args, parse_object
 
 log = logging.getLogger("ballast.api")
 router = APIRouter(tags=["extender verbs"])
@@ -46,6 +46,18 @@ def _responses(model: str) -> dict[int | str, dict[str, Any]]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
         },
     }
+
+
+def _verb(path: str, args: str, result: str, summary: str, description: str) -> Callable[[Any], Any]:
+    """A verb's route: POST ``path`` taking the ``args`` schema and answering the ``result`` schema."""
+    return router.post(
+        path,
+        summary=summary,
+        description=description,
+        openapi_extra=_body_doc(args),
+        responses=_responses(result),
+        response_class=JSONBytes,
+    )
 
 
 def _without_cyclic_gc(fn: Callable[[bytes], Any], body: bytes) -> Any:
@@ -116,8 +128,10 @@ async def _run(
     return response
 
 
-@router.post(
+@_verb(
     "/filter",
+    "ExtenderArgs",
+    "ExtenderFilterResult",
     summary="Filter nodes by real load",
     description=(
         "kube-scheduler's filter call. With `Nodes` (nodeCacheCapable: false) the passing Node objects come "
@@ -125,9 +139,6 @@ async def _run(
         "`NodeNames`. Rejected nodes are in `FailedNodes` with a reason naming the metric, its value, the "
         "limit and the value's age."
     ),
-    openapi_extra=_body_doc("ExtenderArgs"),
-    responses=_responses("ExtenderFilterResult"),
-    response_class=JSONBytes,
 )
 async def filter_nodes(request: Request):
     ext = services(request).extender
@@ -135,18 +146,14 @@ async def filter_nodes(request: Request):
         request,
         "filter",
         lambda body: ext.filter(parse_extender_args(body)),
-        lambda msg: {
-            "Nodes": None,
-            "NodeNames": None,
-            "FailedNodes": {},
-            "FailedAndUnresolvableNodes": {},
-            "Error": msg,
-        },
+        lambda msg: filter_result(error=msg),
     )
 
 
-@router.post(
+@_verb(
     "/prioritize",
+    "ExtenderArgs",
+    "HostPriorityList",
     summary="Score nodes 0..10 by real load",
     description=(
         'kube-scheduler\'s prioritize call: `[{"Host": name, "Score": 0..10}]`. By default '
@@ -155,9 +162,6 @@ async def filter_nodes(request: Request):
         "linear between. With `scoring: crane`, crane's weighted least-used formula minus the hot-value "
         "penalty, mapped from 0..100 to 0..10."
     ),
-    openapi_extra=_body_doc("ExtenderArgs"),
-    responses=_responses("HostPriorityList"),
-    response_class=JSONBytes,
 )
 async def prioritize_nodes(request: Request):
     ext = services(request).extender
@@ -169,8 +173,10 @@ async def prioritize_nodes(request: Request):
     )
 
 
-@router.post(
+@_verb(
     "/preempt",
+    "ExtenderPreemptionArgs",
+    "ExtenderPreemptionResult",
     summary="Drop preemption candidates that would stay overloaded",
     description=(
         "kube-scheduler's preempt call. Candidate nodes whose load would still be over a limit after the "
@@ -178,9 +184,6 @@ async def prioritize_nodes(request: Request):
         "victims as `NodeNameToMetaVictims`. Accepts `NodeNameToVictims` (whole pods) or "
         "`NodeNameToMetaVictims` (UIDs)."
     ),
-    openapi_extra=_body_doc("ExtenderPreemptionArgs"),
-    responses=_responses("ExtenderPreemptionResult"),
-    response_class=JSONBytes,
 )
 async def preempt(request: Request):
     ext = services(request).extender
@@ -192,17 +195,16 @@ async def preempt(request: Request):
     )
 
 
-@router.post(
+@_verb(
     "/bind",
+    "ExtenderBindingArgs",
+    "ExtenderBindingResult",
     summary="Bind the pod (after writing its NUMA topology result)",
     description=(
         "kube-scheduler's bind call: Ballast creates the pod's Binding through the API. Errors from the API "
         "(409 conflict, 404 pod gone, timeouts) come back in `Error` with the API server's message. Needs "
         "cluster access (`--kubeconfig` or in-cluster)."
     ),
-    openapi_extra=_body_doc("ExtenderBindingArgs"),
-    responses=_responses("ExtenderBindingResult"),
-    response_class=JSONBytes,
 )
 async def bind(request: Request):
     binder = services(request).binder

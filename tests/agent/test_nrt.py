@@ -21,6 +21,7 @@ from agent.nrt import (
     parse_go_bool,
 )
 from agent.topology import CPUTopology
+from agent.topology_sysfs import read_topology
 from tests.agent.sysfs_fixtures import (
     NO_NODE_DIR,
     ONE_SOCKET_NO_SMT,
@@ -29,13 +30,14 @@ from tests.agent.sysfs_fixtures import (
     Machine,
     write_sysfs,
 )
+from tests.fakekube.patches import merge_patch
 
 GiB = 2**30
 UID = "7c2f9a4e-1b0d-4c55-9e8a-0d6f1a2b3c4d"
 
 
 def discover(tmp_path: Path, machine: Machine) -> CPUTopology:
-    return CPUTopology.from_sysfs(write_sysfs(tmp_path / "sys", machine))
+    return read_topology(write_sysfs(tmp_path / "sys", machine))
 
 
 def owner(name: str) -> list[dict[str, Any]]:
@@ -209,19 +211,6 @@ def test_static_kubelet_disables_the_agent_cpu_manager(policy: str, expected: st
 
 
 # --- diffing and patching ----------------------------------------------------------------------------
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the API server applies ``application/merge-patch+json``."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from agent.publisher import (
     Result,
 )
 from agent.topology import CPUTopology
+from agent.topology_sysfs import read_topology
 from app.kube import MERGE_PATCH, Kube
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.fakekube import DEFAULT_RESOURCES, NODE_RESOURCE_TOPOLOGIES, FakeKube, make_node
@@ -48,7 +49,7 @@ class StaticSource:
 
 @pytest.fixture
 def topology(tmp_path: Path) -> CPUTopology:
-    return CPUTopology.from_sysfs(write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT))
+    return read_topology(write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT))
 
 
 @pytest.fixture

@@ -325,7 +325,7 @@ def test_sigterm_shuts_the_process_down_cleanly(
 
 def test_run_flags_and_defaults() -> None:
     from agent.cri.client import DEFAULT_ENDPOINT
-    from agent.state import DEFAULT_STATE_PATH
+    from agent.state_checkpoint import DEFAULT_STATE_PATH
 
     args = parse([])
     assert (args.kubelet_config, args.kubelet_configz, args.resync) == (

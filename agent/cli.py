@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.topology import CPUTopology, TopologyError
-from app.cliargs import HelpFormatter
-from app.durations import parse_duration
+from common.cli import HelpFormatter
+from common.durations import parse_duration
 
 __all__ = ["register", "run_agent", "show_topology", "topology_json"]
 

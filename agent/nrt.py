@@ -18,9 +18,9 @@ from typing import Any
 
 from agent.cpuset import CPUSet
 from agent.kubelet_config import KubeletSettings
-from agent.quantity import QuantityError, parse_quantity
 from agent.reserved import reserved_cpus
 from agent.topology import CPUTopology
+from common.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "API_VERSION",

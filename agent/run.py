@@ -39,8 +39,8 @@ from agent.publisher import (
     PublisherMetrics,
 )
 from agent.topology import CPUTopology, TopologyError
-from app.kube import Kube, KubeConfigError, Reflector, load_api_client
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.kube import Kube, KubeConfigError, Reflector, load_api_client
 from common.seal import SealKeyError, load_key
 
 __all__ = ["CPUManagerSupervisor", "HealthServer", "run"]

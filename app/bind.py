@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from app.estimation import Ledger
-from app.kube import ApiError, Kube
 from app.wire import BindingArgs
+from common.kube import ApiError, Kube
 
 log = logging.getLogger("ballast.bind")
 

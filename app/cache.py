@@ -18,11 +18,8 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from agent.podspec import PodInfo as AgentPod
-from agent.podspec import parse_pod
 from app.bad_request import BadRequest
 from app.estimation import Ledger
-from app.kube import Kube, Reflector
 from app.nodestate import NodeLoad, parse_node
 from app.numa import (
     NRT_PATH,
@@ -36,6 +33,9 @@ from app.numa import (
 from app.podinfo import PodInfo, pod_info
 from app.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.kube import Kube, Reflector
+from common.podspec import PodInfo as AgentPod
+from common.podspec import parse_pod
 from common.seal import SEAL_ANNOTATION, verify
 
 log = logging.getLogger("ballast.cache")

@@ -12,10 +12,10 @@ from agent import cli as agent_cli
 from app import __version__
 from app.annotator import cli as annotator_cli
 from app.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
-from app.cliargs import HelpFormatter, positive_seconds, seconds
-from app.logs import LEVELS, setup_logging
 from app.policy import PolicyError, load_policy
+from common.cli import HelpFormatter, positive_seconds, seconds
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.logs import LEVELS, setup_logging
 from common.seal import SealKeyError, load_key
 
 log = logging.getLogger("ballast")
@@ -116,8 +116,8 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
 def run_extender(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.kube import Kube, KubeConfigError, cluster_configured, load_api_client
     from app.main import create_app
+    from common.kube import Kube, KubeConfigError, cluster_configured, load_api_client
 
     try:
         policy = load_policy(args.policy)

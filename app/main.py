@@ -27,13 +27,13 @@ from app.bind import Binder
 from app.cache import ClusterCache
 from app.estimation import Ledger
 from app.extender import Extender
-from app.kube import Kube
 from app.load_bind import LoadPreBind
 from app.metrics import ExtenderMetrics
 from app.numa_bind import NumaPreBind
 from app.policy import Policy
 from app.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.kube import Kube
 
 log = logging.getLogger("ballast.extender")
 

@@ -2,7 +2,7 @@
 
 Pure functions: parse an NRT once per event, read what a pod needs, say whether and how it fits a node,
 and render the ``topology.crane.io/topology-result`` annotation. Pods are read with the agent's own
-parser (``agent.podspec``), so the extender and the CPU manager agree on which pods need exclusive CPUs
+parser (``common.podspec``), so the extender and the CPU manager agree on which pods need exclusive CPUs
 (the kubelet's rule: Guaranteed QoS, integer CPU requests) and on the annotation's format.
 
 Differences from crane, on purpose:
@@ -23,10 +23,10 @@ from typing import Any
 import orjson
 
 from agent.nrt import parse_go_bool
-from agent.podspec import CPUPolicy, QOSClass, parse_pod
-from agent.podspec import PodInfo as AgentPod
-from agent.quantity import QuantityError, format_cpu_milli, format_quantity, parse_bytes, parse_cpu_milli
 from common.exclusive import decide_exclusive
+from common.podspec import CPUPolicy, QOSClass, parse_pod
+from common.podspec import PodInfo as AgentPod
+from common.quantity import QuantityError, format_cpu_milli, format_quantity, parse_bytes, parse_cpu_milli
 
 AWARENESS_ANNOTATION = "topology.crane.io/topology-awareness"
 RESULT_ANNOTATION = "topology.crane.io/topology-result"

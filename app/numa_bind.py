@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from app.bind import BindError, Undo
-from app.kube import ApiError, Kube
 from app.numa import RESULT_ANNOTATION, fit, numa_request, render_result
 from app.policy_store import PolicyStore
 from app.wire import BindingArgs
+from common.kube import ApiError, Kube
 from common.seal import SEAL_ANNOTATION, seal
 
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.quantity import parse_bytes as memory_bytes
-from agent.quantity import parse_cpu_milli as cpu_milli
 from app.bad_request import BadRequest
+from common.quantity import parse_bytes as memory_bytes
+from common.quantity import parse_cpu_milli as cpu_milli
 
 
 @dataclass(frozen=True, slots=True)

@@ -279,7 +279,7 @@ def test_the_scheduler_deployment() -> None:
     config = yaml.safe_load(get(DOCS, "ConfigMap", volume["configMap"]["name"])["data"][config_path.name])
     (ext,) = config["extenders"]
     assert ext["urlPrefix"] == f"http://{args.host}:{args.port}"
-    from app.durations import parse_duration
+    from common.durations import parse_duration
 
     assert args.api_timeout < parse_duration(ext["httpTimeout"])
     assert config["profiles"] == [{"schedulerName": "ballast-scheduler"}]

@@ -20,9 +20,9 @@ from fastapi.testclient import TestClient
 
 from agent.nrt import AWARENESS_LABEL
 from app import cli
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.policy import load_policy
+from common.kube import Kube, load_api_client
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.annotator.helpers import StubPrometheus, bind_pod, constant_prometheus
 from tests.conftest import wait_for

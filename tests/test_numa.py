@@ -10,8 +10,6 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.podspec import parse_pod
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.numa import (
     NumaRequest,
@@ -25,6 +23,8 @@ from app.numa import (
 )
 from app.numa_bind import MISSING
 from app.policy import load_policy
+from common.kube import Kube, load_api_client
+from common.podspec import parse_pod
 from tests.conftest import POLICY_FILE, read_fixture
 from tests.fakekube import make_nrt
 

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.cpuset import CPUSet
-from agent.podspec import parse_pod
 from agent.policy import StaticPolicy
 from app.cache import pod_record
 from app.numa import exclusive_zones, parse_nrt
+from common.podspec import parse_pod
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
 from tests.conftest import wait_for
 from tests.fakekube import make_nrt

@@ -14,13 +14,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from agent.cpuset import CPUSet
-from agent.podspec import parse_pod
 from agent.policy import StaticPolicy
 from app.cli import main as ballast_main
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.numa import render_result
 from app.policy import load_policy
+from common.kube import Kube, load_api_client
+from common.podspec import parse_pod
 from common.seal import SEAL_ANNOTATION, SealKeyError, load_key, seal, verify
 from tests.agent.cri_fake import SCHEDULER, container, pod
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from app.cliargs import HelpFormatter
-from app.durations import parse_duration
+from common.cli import HelpFormatter
+from common.durations import parse_duration
 
 __all__ = ["register", "run_annotator"]
 

@@ -34,15 +34,15 @@ from app import __version__
 from app.annotations import HOT_VALUE_KEY
 from app.annotator.bindings import BindingRecords
 from app.annotator.controller import Annotator, CycleReport, KubeNodeWriter, run_loop
-from app.annotator.health import HealthServer
 from app.annotator.leader import LeaderElector, default_identity
 from app.annotator.metrics import AnnotatorMetrics
 from app.annotator.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
 from app.annotator.schedule import Schedule
 from app.annotator.sources import EventBindings, NodeIndex, PodBindings
-from app.kube import Kube, KubeConfigError, Reflector, load_api_client
 from app.policy import Policy, PolicyError, load_policy
 from app.policy_store import PolicyStore
+from common.health import HealthServer
+from common.kube import Kube, KubeConfigError, Reflector, load_api_client
 
 __all__ = ["lease_namespace", "prometheus_config", "run"]
 

@@ -15,9 +15,9 @@ import pytest
 
 from agent.cpuset import CPUSet
 from agent.manager import CPUManager
-from agent.podspec import QOSClass
 from agent.runtime import CgroupfsRuntime, ContainerRef, CRIRuntime
 from agent.topology import CPUTopology
+from common.podspec import QOSClass
 from tests.agent.containerd_harness import ContainerdUnavailable, PrivateContainerd, RunningPod, prerequisites
 from tests.agent.cri_fake import NODE, SCHEDULER, container, pod, zones
 

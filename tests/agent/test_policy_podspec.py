@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agent.podspec import ContainerKind, QOSClass, TopologyResultError, parse_pod, parse_topology_result
+from common.podspec import ContainerKind, QOSClass, TopologyResultError, parse_pod, parse_topology_result
 from tests.agent.cri_fake import container, pod, zones
 
 

@@ -24,7 +24,7 @@ from agent.publisher import (
     Result,
 )
 from agent.topology import CPUTopology
-from app.kube import MERGE_PATCH, Kube
+from common.kube import MERGE_PATCH, Kube
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.fakekube import DEFAULT_RESOURCES, NODE_RESOURCE_TOPOLOGIES, FakeKube, make_node
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from agent.cli import register, run_agent
 from agent.nrt import AWARENESS_LABEL, CPU_MANAGER_DISABLED_ATTRIBUTE
 from agent.run import NODE_NAME_MISSING, HealthServer, run
-from app.kube import MERGE_PATCH
+from common.kube import MERGE_PATCH
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.conftest import wait_for
 from tests.fakekube import FakeKube, make_node

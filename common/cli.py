@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.durations import parse_duration
+from common.durations import parse_duration
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

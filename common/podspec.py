@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from agent.quantity import QuantityError, parse_quantity
 from common.exclusive import CPUPolicy
+from common.quantity import QuantityError, parse_quantity
 from common.seal import SEAL_ANNOTATION
 
 __all__ = [

@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 
 from agent.cpuset import CPUSet
 from agent.policy import StaticPolicy
-from app.cli import main as ballast_main
 from app.main import create_app
 from app.numa import render_result
 from app.policy import load_policy
+from ballast.cli import main as ballast_main
 from common.kube import Kube, load_api_client
 from common.podspec import parse_pod
 from common.seal import SEAL_ANNOTATION, SealKeyError, load_key, seal, verify

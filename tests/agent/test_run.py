@@ -288,7 +288,7 @@ def test_sigterm_shuts_the_process_down_cleanly(
     argv = [
         sys.executable,
         "-m",
-        "app.cli",
+        "ballast",
         "agent",
         "--node-name",
         NODE,

@@ -41,7 +41,7 @@ from app.annotator.schedule import Schedule
 from app.annotator.sources import EventBindings, NodeIndex, PodBindings
 from app.policy import Policy, PolicyError, load_policy
 from app.policy_store import PolicyStore
-from common.health import HealthServer
+from common.health import serve_health
 from common.kube import Kube, KubeConfigError, Reflector, load_api_client
 
 __all__ = ["lease_namespace", "prometheus_config", "run"]
@@ -279,27 +279,16 @@ async def _serve(
         if not await _check_prometheus(client):
             return 1
         if args.metrics_port:
-            try:
-                server = HealthServer(
-                    args.metrics_address,
-                    args.metrics_port,
-                    metrics.registry,
-                    healthy=lambda: probes.healthy(),
-                    ready=lambda: probes.ready(),
-                ).start()
-            except OSError as exc:
-                log.error(
-                    "cannot serve health and metrics on %s:%d: %s",
-                    args.metrics_address,
-                    args.metrics_port,
-                    exc,
-                )
-                return 1
-            log.info(
-                "health and metrics on http://%s:%d (/healthz, /readyz, /metrics)",
+            server = serve_health(
                 args.metrics_address,
-                server.port,
+                args.metrics_port,
+                metrics.registry,
+                healthy=lambda: probes.healthy(),
+                ready=lambda: probes.ready(),
+                name="annotator-health",
             )
+            if server is None:
+                return 1
         while True:
             running = store.current
             code = await _serve_with(args, running, client, kube, identity, stop, metrics, store, probes)

@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from agent.cli import register, run_agent
 from agent.nrt import AWARENESS_LABEL, CPU_MANAGER_DISABLED_ATTRIBUTE
-from agent.run import NODE_NAME_MISSING, HealthServer, run
+from agent.run import NODE_NAME_MISSING, published_probe, run
+from common.health import HealthServer
 from common.kube import MERGE_PATCH
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.conftest import wait_for
@@ -271,7 +272,7 @@ def test_bad_topology_or_cluster_config_exit_before_any_request(
 
 def test_health_server_is_not_ready_before_the_first_publish() -> None:
     ready = threading.Event()
-    server = HealthServer("127.0.0.1", 0, CollectorRegistry(), ready.is_set).start()
+    server = HealthServer("127.0.0.1", 0, CollectorRegistry(), ready=published_probe(ready)).start()
     try:
         status, body = http_get(f"http://127.0.0.1:{server.port}/readyz")
         assert status == 503 and "not published yet" in body

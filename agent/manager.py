@@ -42,7 +42,8 @@ from agent.policy import AllocationError, PodDecision, StaticPolicy
 from agent.runtime import ContainerRef, ContainerRuntime, RuntimeCallError
 from agent.state import DEFAULT_STATE_PATH, CheckpointState, StateReader, StateWriteError
 from agent.topology import CPUTopology
-from common.podspec import CPUPolicy, PodInfo, parse_pod
+from common.exclusive import CPUPolicy
+from common.podspec import PodInfo, parse_pod
 
 __all__ = ["DEFAULT_RECONCILE_PERIOD", "DEFAULT_STATE_PATH", "CPUManager", "ReconcileResult"]
 

@@ -63,8 +63,9 @@ def decide_exclusive(
     sealed: bool | None = None,
 ) -> ExclusiveDecision:
     """How a pod holds CPUs and in which zones. ``requested`` is the pod's cpu-policy with the default
-    already applied; ``result``/``result_error`` come from ``common.podspec.parse_topology_result``.
-    ``sealed``: whether the result's seal verifies (``common.seal``), ``None`` when no key is configured."""
+    already applied; ``result``/``result_error`` come from ``parse_topology_result``
+    (``common.topology_annotations``). ``sealed``: whether the result's seal verifies (``common.seal``),
+    ``None`` when no key is configured."""
     n = exclusive_cpus
     if not guaranteed:
         return ExclusiveDecision(CPUPolicy.NONE, 0, None, note=f"QoS class {qos}: shared pool")

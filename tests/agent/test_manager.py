@@ -14,7 +14,7 @@ from agent.cri.client import CRIClient
 from agent.manager import CPUManager
 from agent.runtime import CRIRuntime, MemoryRuntime, RuntimeCallError
 from agent.state import encode_checkpoint
-from common.podspec import CPUPolicy
+from common.exclusive import CPUPolicy
 from tests.agent.cri_fake import (
     NODE,
     SCHEDULER,

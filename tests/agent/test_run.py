@@ -20,10 +20,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from agent.cli import register, run_agent
-from agent.nrt import AWARENESS_LABEL, CPU_MANAGER_DISABLED_ATTRIBUTE
+from agent.nrt import CPU_MANAGER_DISABLED_ATTRIBUTE
 from agent.run import NODE_NAME_MISSING, published_probe, run
 from common.health import HealthServer
 from common.kube import MERGE_PATCH
+from common.topology_annotations import AWARENESS_KEY
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.conftest import wait_for
 from tests.fakekube import FakeKube, make_node
@@ -131,7 +132,7 @@ def test_label_change_republishes_within_a_second(
 
     fake_kube.clear_requests()
     started = time.monotonic()
-    fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_LABEL: "false"}}})
+    fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_KEY: "false"}}})
     wait_for(lambda: fake_kube.find_requests("PATCH", NRT_PATH), timeout=1.0, what="the merge patch")
     assert time.monotonic() - started < 1.0
     patch = fake_kube.find_requests("PATCH", NRT_PATH)

@@ -39,7 +39,7 @@ from agent.publisher import (
 )
 from agent.topology import CPUTopology, TopologyError
 from common.exclusive import DEFAULT_SCHEDULERS
-from common.health import HealthServer, Probe, serve_health
+from common.health import HealthServer, Probe
 from common.kube import Kube, KubeConfigError, Reflector, load_api_client
 from common.seal import SealKeyError, load_key
 
@@ -289,7 +289,7 @@ def run(
     wake = threading.Event()
     server: HealthServer | None = None
     if args.metrics_port:
-        server = serve_health(
+        server = HealthServer.serve(
             args.metrics_address,
             args.metrics_port,
             registry,

@@ -13,7 +13,9 @@ __all__ = [
     "add_common",
     "duration",
     "duration_or_off",
+    "non_negative_int",
     "port",
+    "positive_int",
     "positive_seconds",
     "seconds",
 ]
@@ -62,10 +64,7 @@ def seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        try:
-            value = parse_duration(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+        value = duration_or_off(text)
     if value < 0 or value != value:
         raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
     return value
@@ -78,12 +77,30 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def _integer(text: str, noun: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {noun}") from None
+
+
 def port(text: str) -> int:
     """A TCP port, 0 to 65535 (0: the caller disables the endpoint or lets the OS pick)."""
-    try:
-        number = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    number = _integer(text, "port number")
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"{number} is not a port number (0-65535)")
     return number
+
+
+def positive_int(text: str) -> int:
+    value = _integer(text, "whole number")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _integer(text, "whole number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
+    return value

@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-__all__ = ["HealthServer", "Probe", "serve_health"]
+__all__ = ["HealthServer", "Probe"]
 
 log = logging.getLogger("ballast.health")
 
@@ -70,6 +70,18 @@ class HealthServer:
         self.server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
+    @classmethod
+    def serve(cls, host: str, port: int, registry: CollectorRegistry, **probes: Any) -> HealthServer | None:
+        """Started, its address logged; ``None`` (the error logged) when it cannot listen, which the callers
+        turn into exit code 1. ``probes``: ``ready``, ``healthy`` and ``name`` as for the constructor."""
+        try:
+            server = cls(host, port, registry, **probes).start()
+        except OSError as exc:
+            log.error("cannot serve health and metrics on %s:%d: %s", host, port, exc)
+            return None
+        log.info("health and metrics on http://%s:%d (/healthz, /readyz, /metrics)", host, server.port)
+        return server
+
     @property
     def port(self) -> int:
         return int(self.server.server_address[1])
@@ -86,23 +98,3 @@ class HealthServer:
             self.server.shutdown()
             self._thread.join(5)
         self.server.server_close()
-
-
-def serve_health(
-    host: str,
-    port: int,
-    registry: CollectorRegistry,
-    *,
-    ready: Probe,
-    healthy: Probe = serving,
-    name: str = "health",
-) -> HealthServer | None:
-    """A started ``HealthServer``, its address logged; ``None`` (the error logged) when it cannot listen,
-    which the callers turn into exit code 1."""
-    try:
-        server = HealthServer(host, port, registry, ready=ready, healthy=healthy, name=name).start()
-    except OSError as exc:
-        log.error("cannot serve health and metrics on %s:%d: %s", host, port, exc)
-        return None
-    log.info("health and metrics on http://%s:%d (/healthz, /readyz, /metrics)", host, server.port)
-    return server

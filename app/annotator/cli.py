@@ -9,29 +9,17 @@ from __future__ import annotations
 
 import argparse
 
-from common.cli import HelpFormatter, add_common, duration, duration_or_off, port
+from common.cli import (
+    HelpFormatter,
+    add_common,
+    duration,
+    duration_or_off,
+    non_negative_int,
+    port,
+    positive_int,
+)
 
 __all__ = ["register", "run_annotator"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must not be negative")
-    return value
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -108,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     prom.add_argument(
         "--prometheus-retries",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=2,
         metavar="N",
         help="extra attempts, with exponential backoff, after a 5xx, 429, timeout or connection error",
@@ -183,7 +171,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     hot.add_argument(
         "--max-bindings-per-node",
-        type=_positive_int,
+        type=positive_int,
         default=4096,
         metavar="N",
         help="bound on the bindings remembered per node (the newest are kept)",
@@ -243,7 +231,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     srv.add_argument(
         "--patch-concurrency",
-        type=_positive_int,
+        type=positive_int,
         default=8,
         metavar="N",
         help="node patches in flight at once",

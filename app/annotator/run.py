@@ -41,7 +41,7 @@ from app.annotator.schedule import Schedule
 from app.annotator.sources import EventBindings, NodeIndex, PodBindings
 from app.policy import Policy, PolicyError, load_policy
 from app.policy_store import PolicyStore
-from common.health import serve_health
+from common.health import HealthServer
 from common.kube import Kube, KubeConfigError, Reflector, load_api_client
 
 __all__ = ["lease_namespace", "prometheus_config", "run"]
@@ -279,7 +279,7 @@ async def _serve(
         if not await _check_prometheus(client):
             return 1
         if args.metrics_port:
-            server = serve_health(
+            server = HealthServer.serve(
                 args.metrics_address,
                 args.metrics_port,
                 metrics.registry,

@@ -202,3 +202,21 @@ def test_the_checks_catch_what_they_are_for(
     graph = import_graph(tmp_path)
     assert any(violation in v for v in layering_violations(graph, tmp_path))
     assert find_cycle(graph) == cycle
+
+
+def test_the_readme_maps_every_module() -> None:
+    """The README's Development map names every module (a subpackage may be named as a whole, ``api/``),
+    so every behaviour is one hop from it."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Development")
+    block = readme[readme.index("```\n", start) : readme.index("```\n", readme.index("```\n", start) + 4)]
+    missing = []
+    for path in project_modules().values():
+        rel = path.relative_to(ROOT)
+        if path.name in ("__init__.py", "__main__.py") or "_pb2" in path.name:
+            continue
+        named = path.name in block
+        subpackage = len(rel.parts) > 2 and (f"{rel.parts[-2]}/" in block)
+        if not (named or subpackage):
+            missing.append(str(rel))
+    assert not missing, f"README's Development map does not name: {missing}"

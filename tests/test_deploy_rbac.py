@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app import cli
 from app.main import create_app
 from app.policy import load_policy
+from ballast import cli
 from common.kube import Kube, load_api_client
 from common.topology_annotations import AWARENESS_KEY
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs

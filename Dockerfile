@@ -30,6 +30,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY app ./app
 COPY agent ./agent
 COPY common ./common
+COPY ballast ./ballast
 # A wheel built without isolation (the pinned tools above), installed with its pinned dependencies into
 # a virtualenv of its own that carries no pip; then every module is compiled.
 RUN python -m pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \

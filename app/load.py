@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.annotations import HOT_VALUE_VALID_SECONDS, fresh
-from app.durations import format_duration
 from app.nodestate import NodeLoad
 from app.policy import Policy
+from common.durations import format_duration
 
 MAX_EXTENDER_SCORE = 10
 _NO_EXTRA: Mapping[str, float] = {}

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from app.bad_request import BadRequest
 from app.bind import BindError, Undo
 from app.estimation import Estimate, estimate_usage
-from app.kube import Kube
 from app.ledger import Ledger
 from app.load import check_node
 from app.nodestate import NodeLoad
 from app.podinfo import pod_info
 from app.policy_store import PolicyStore
 from app.wire import BindingArgs
+from common.kube import Kube
 
 
 class LoadPreBind:

@@ -26,7 +26,6 @@ from app.api.state import Services
 from app.bind import Binder
 from app.cache import ClusterCache
 from app.extender import Extender
-from app.kube import Kube
 from app.ledger import Ledger
 from app.load_bind import LoadPreBind
 from app.metrics import ExtenderMetrics
@@ -34,6 +33,7 @@ from app.numa_bind import NumaPreBind
 from app.policy import Policy
 from app.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.kube import Kube
 
 log = logging.getLogger("ballast.extender")
 

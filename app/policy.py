@@ -17,9 +17,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from agent.quantity import parse_quantity
 from app.annotations import EXTRA_ACTIVE_SECONDS
-from app.durations import parse_duration
+from common.durations import parse_duration
+from common.quantity import parse_quantity
 
 API_VERSION = "scheduler.policy.crane.io/v1alpha1"
 KIND = "DynamicSchedulerPolicy"

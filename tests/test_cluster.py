@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.annotations import format_load
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.policy import load_policy
+from common.kube import Kube, load_api_client
 from tests.conftest import CAPTURE_TIME, FIXTURES, POLICY_FILE, read_fixture, wait_for
 
 HOT = "ip-10-0-42-182.us-west-2.compute.internal"

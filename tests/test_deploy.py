@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 import yaml
 
-from app import __version__, cli
+from app import __version__
 from app.main import create_app
 from app.policy import load_policy
+from ballast import cli
 from tests.cluster.controlplane import KUBE_VERSION, MissingPiece, kubectl_path
 from tests.conftest import missing_part, under_ci
 from tests.deploy_rbac import (
@@ -279,7 +280,7 @@ def test_the_scheduler_deployment() -> None:
     config = yaml.safe_load(get(DOCS, "ConfigMap", volume["configMap"]["name"])["data"][config_path.name])
     (ext,) = config["extenders"]
     assert ext["urlPrefix"] == f"http://{args.host}:{args.port}"
-    from app.durations import parse_duration
+    from common.durations import parse_duration
 
     assert args.api_timeout < parse_duration(ext["httpTimeout"])
     assert config["profiles"] == [{"schedulerName": "ballast-scheduler"}]
@@ -722,7 +723,13 @@ def test_dockerignore_keeps_local_state_out() -> None:
         "Dockerfile",
     ):
         assert IGNORE.excluded(path), path
-    for path in ("app/cli.py", "agent/cri/api.proto", "scheduler_config/policy.yaml", "setup.py"):
+    for path in (
+        "app/cli.py",
+        "ballast/cli.py",
+        "agent/cri/api.proto",
+        "scheduler_config/policy.yaml",
+        "setup.py",
+    ):
         assert not IGNORE.excluded(path), path
 
 
@@ -803,8 +810,8 @@ def test_the_image_wheel_carries_the_cri_stubs_and_the_entry_point(wheel: Path, 
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         entry = next(n for n in names if n.endswith("entry_points.txt"))
-        assert "ballast = app.cli:main" in z.read(entry).decode()
-        assert {"agent/cri/api_pb2.py", "agent/cri/api_pb2_grpc.py", "app/cli.py"} <= names
+        assert "ballast = ballast.cli:main" in z.read(entry).decode()
+        assert {"agent/cri/api_pb2.py", "agent/cri/api_pb2_grpc.py", "app/cli.py", "ballast/cli.py"} <= names
         z.extractall(tmp_path / "site")
     # The generated stubs import with the locked grpcio/protobuf (the venv's): they check the versions.
     code = (

@@ -9,8 +9,6 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.podspec import parse_pod
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.numa import (
     NumaRequest,
@@ -20,10 +18,12 @@ from app.numa import (
     numa_request,
     numa_score,
     parse_nrt,
-    render_result,
 )
 from app.numa_bind import MISSING
 from app.policy import load_policy
+from common.kube import Kube, load_api_client
+from common.podspec import parse_pod
+from common.topology_annotations import render_topology_result
 from tests.conftest import POLICY_FILE, read_fixture, wait_for
 from tests.fakekube import make_nrt
 
@@ -101,10 +101,10 @@ def test_memory_aware_fit_and_render() -> None:
     assert not fit(topo, ZoneUsage(), req, memory_aware=True).ok
     assert fit(topo, ZoneUsage(), req, memory_aware=False).ok
     f = fit(topo, ZoneUsage(), NumaRequest(2, 8 << 30, None, "exclusive"), memory_aware=True)
-    text = render_result(f.result)
+    text = render_topology_result(f.result)
     # memory written as memory (crane wrote the CPU value there)
     assert text == '[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"2","memory":"8Gi"}}}]'
-    assert render_result((("node1", 4, 0),)) == (
+    assert render_topology_result((("node1", 4, 0),)) == (
         '[{"name":"node1","type":"Node","resources":{"capacity":{"cpu":"4"}}}]'
     )
 
@@ -156,9 +156,10 @@ def bound(fake_kube, name: str, node_: str, result: str, cpu: int, policy: str |
 def test_filter_reasons_awareness_and_unmanaged_nodes(numa, fake_kube) -> None:
     client, app = numa
     cache = app.state.services.cache
-    bound(fake_kube, "a", N1, render_result((("node0", 5, 0),)), 5)
-    bound(fake_kube, "b", N1, render_result((("node1", 6, 0),)), 6)
-    bound(fake_kube, "c", N1, render_result((("node1", 2, 0),)), 2, policy="numa")  # numa pods take nothing
+    bound(fake_kube, "a", N1, render_topology_result((("node0", 5, 0),)), 5)
+    bound(fake_kube, "b", N1, render_topology_result((("node1", 6, 0),)), 6)
+    # numa pods take nothing
+    bound(fake_kube, "c", N1, render_topology_result((("node1", 2, 0),)), 2, policy="numa")
     wait_for(lambda: len(cache.pods_on(N1)) == 3)
     names = [N1, N2, N3, N4]
     out = client.post("/filter", json={"Pod": guaranteed("p", 4), "NodeNames": names}).json()
@@ -281,7 +282,7 @@ def test_assumptions_expire(numa, fake_kube) -> None:
 
 def test_why_endpoints_show_zones_and_choice(numa, fake_kube) -> None:
     client, app = numa
-    bound(fake_kube, "a", N1, render_result((("node0", 5, 0),)), 5)
+    bound(fake_kube, "a", N1, render_topology_result((("node0", 5, 0),)), 5)
     wait_for(lambda: len(app.state.services.cache.pods_on(N1)) == 1)
     view = client.get(f"/nodes/{N1}").json()["numa"]
     assert view["cpuManagerPolicy"] == "Static"

@@ -33,8 +33,8 @@ from app.annotator.plan import NodePatch, PatchPlanner
 from app.annotator.prometheus import Vector
 from app.annotator.schedule import Schedule
 from app.annotator.sources import NodeIndex
-from app.kube import ApiError, Kube, path_for
 from app.policy import Policy
+from common.kube import ApiError, Kube, path_for
 
 __all__ = [
     "Annotator",
@@ -63,7 +63,7 @@ class NodeWriter(Protocol):
 
 
 class KubeNodeWriter:
-    """Node patches through ``app.kube.Kube`` (official client, ``application/merge-patch+json``)."""
+    """Node patches through ``common.kube.Kube`` (official client, ``application/merge-patch+json``)."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube

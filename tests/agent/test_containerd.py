@@ -14,9 +14,9 @@ import pytest
 
 from agent.cpuset import CPUSet
 from agent.manager import CPUManager
-from agent.podspec import QOSClass
 from agent.runtime import CgroupfsRuntime, ContainerRef, CRIRuntime
 from agent.topology_sysfs import read_topology
+from common.podspec import QOSClass
 from tests.agent.containerd_harness import ContainerdUnavailable, PrivateContainerd, RunningPod, prerequisites
 from tests.agent.cri_fake import NODE, SCHEDULER, container, pod, zones
 from tests.conftest import missing_part

@@ -12,9 +12,9 @@ import pytest
 from agent.cpuset import CPUSet
 from agent.cri.client import CRIClient
 from agent.manager import CPUManager
-from agent.podspec import CPUPolicy
 from agent.runtime import CRIRuntime, MemoryRuntime, RuntimeCallError
 from agent.state_checkpoint import encode_checkpoint
+from common.exclusive import CPUPolicy
 from tests.agent.cri_fake import (
     NODE,
     SCHEDULER,

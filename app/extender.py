@@ -425,12 +425,24 @@ class Extender:
             score = score_node(load, policy, now, self.extra(load, policy, now, None, skip=pod.uid)).score
             out.append({"Host": load.name, "Score": score})
         self._numa_scores(args.pod, pod, out)
-        if self.ledger is not None and out and not pod.daemonset:
-            # kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most
-            # likely get, so the next pod's filter sees it before the bind arrives.
-            best = max(out, key=lambda e: e["Score"])
-            self.ledger.hold(pod, best["Host"], now)
+        self._hold_best(pod, names, [e["Score"] for e in out], now)
         return out
+
+    def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
+        """kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most likely
+        get, the best-scoring candidate, so the next pod's filter and prioritize see it there before the
+        bind arrives. kube-scheduler breaks a tie between equal scores by its own plugins, whose
+        request-based scores favour the node with fewer pods: among a few tied candidates the hold goes
+        to the one holding the fewest of Ballast's estimates (the first of those)."""
+        if self.ledger is None or not names or pod.daemonset:
+            return
+        top = max(scores)
+        best = scores.index(top)
+        if 1 < scores.count(top) <= _FEW_TIED:
+            on_node = self.ledger.on_node
+            tied = [i for i, s in enumerate(scores) if s == top]
+            best = min(tied, key=lambda i: sum(e.uid != pod.uid for e in on_node(names[i])))
+        self.ledger.hold(pod, names[best], now)
 
     def _prioritize_from_board(
         self,
@@ -470,8 +482,7 @@ class Extender:
                 for i in _positions(names, name):
                     values[i] = score
                     parts[i] = orjson.dumps({"Host": name, "Score": score})
-            if self.ledger is not None and names and not pod.daemonset:
-                self.ledger.hold(pod, names[values.index(max(values))], now)
+            self._hold_best(pod, names, values, now)
             return b"[" + b",".join(parts) + b"]"
         if exact:
             for i, name in enumerate(names):
@@ -480,8 +491,7 @@ class Extender:
         out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
         if self._numa_scores(pod_obj, pod, out):
             values = [e["Score"] for e in out]
-        if self.ledger is not None and out and not pod.daemonset:
-            self.ledger.hold(pod, names[values.index(max(values))], now)
+        self._hold_best(pod, names, values, now)
         return out
 
     def _relative_from_board(
@@ -519,8 +529,8 @@ class Extender:
                 loads[i] = value
         scores = relative_scores(loads)
         numa_pod = self.numa_pod(pod_obj, pod) is not None
-        if not numa_pod and self.ledger is not None and names and not pod.daemonset:
-            self.ledger.hold(pod, names[scores.index(max(scores))], now)
+        if not numa_pod:
+            self._hold_best(pod, names, scores, now)
         if encoded and not numa_pod:
             frags = list(map(board.fragments.get, names))
             if None in frags:
@@ -529,9 +539,7 @@ class Extender:
         out = [{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)]
         if numa_pod:
             self._numa_scores(pod_obj, pod, out)
-            if self.ledger is not None and out and not pod.daemonset:
-                best = max(range(len(out)), key=lambda i: out[i]["Score"])
-                self.ledger.hold(pod, names[best], now)
+            self._hold_best(pod, names, [e["Score"] for e in out], now)
         return out
 
     def _exact_load(
@@ -644,6 +652,9 @@ _NO_PROJECTION: tuple[float | None, float, float] = (None, 0.0, 0.0)
 _json_of = itemgetter(1)
 _FEW_EXACT = 8
 """Up to this many exactly scored nodes, prioritize still answers from the pre-encoded fragments."""
+_FEW_TIED = 8
+"""Up to this many candidates tied at the top score, the hold weighs which one kube-scheduler will pick;
+more (a cluster of equal nodes, or none measured) is no real preference: the first one."""
 
 
 def _positions(items: list[str], value: str) -> Iterator[int]:

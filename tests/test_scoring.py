@@ -161,6 +161,22 @@ def test_scoring_is_a_validated_policy_field() -> None:
     assert any(p == "spec.scoring" and "relative, crane" in r for p, r in exc.value.problems)
 
 
+@pytest.mark.parametrize("board", [True, False])
+def test_a_tie_at_the_top_is_held_where_kube_scheduler_goes(board: bool) -> None:
+    """Equal scores are kube-scheduler's to break, by its request-based plugins: fewer pods win. The hold
+    goes to the tied candidate with the fewest of Ballast's estimates, so the next pod sees this one where
+    it will land (the first of the tied candidates had a pod already)."""
+    loads = {"a": make_node("a", 0.30), "b": make_node("b", 0.35), "c": make_node("c", 0.50)}
+    ext = extender(loads, RELATIVE)
+    if not board:
+        ext.board = None  # the per-node exact path
+    assert ext.ledger is not None
+    ext.ledger.bound(None, "earlier", "a", NOW, size=(400, 0))  # a: 0.30 + 0.4 cores / 4 * cpu's half
+    assert scores(ext, ["a", "b", "c"]) == {"a": 10, "b": 10, "c": 0}
+    held = ext.ledger.known("u0")
+    assert held is not None and held.node == "b"
+
+
 # -- a burst, simulated ------------------------------------------------------------------------------
 
 

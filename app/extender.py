@@ -275,12 +275,6 @@ class Extender:
         if len(passing) == 1:
             self._hold_best(pod, passing, [0], now)
 
-    def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
-        """kube-scheduler binds asynchronously: hold this pod's estimate on the first best-scoring node, the
-        one it will most likely get, so the next pod's filter sees it before the bind arrives."""
-        if self.ledger is not None and names and not pod.daemonset:
-            self.ledger.hold(pod, names[scores.index(max(scores))], now)
-
     def prioritize(self, args: ExtenderArgs, encoded: bool = False) -> list[dict[str, Any]] | bytes:
         """Scores for kube-scheduler; with ``encoded`` the answer may come back as ready JSON bytes."""
         policy = self.store.current
@@ -315,6 +309,22 @@ class Extender:
         self.numa.scores(args.pod, pod, out)
         self._hold_best(pod, [e["Host"] for e in out], [e["Score"] for e in out], now)
         return out
+
+    def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
+        """kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most likely
+        get, the best-scoring candidate, so the next pod's filter and prioritize see it there before the
+        bind arrives. kube-scheduler breaks a tie between equal scores by its own plugins, whose
+        request-based scores favour the node with fewer pods: among a few tied candidates the hold goes
+        to the one holding the fewest of Ballast's estimates (the first of those)."""
+        if self.ledger is None or not names or pod.daemonset:
+            return
+        top = max(scores)
+        best = scores.index(top)
+        if 1 < scores.count(top) <= _FEW_TIED:
+            on_node = self.ledger.on_node
+            tied = [i for i, s in enumerate(scores) if s == top]
+            best = min(tied, key=lambda i: sum(e.uid != pod.uid for e in on_node(names[i])))
+        self.ledger.hold(pod, names[best], now)
 
     def _prioritize_from_board(
         self,
@@ -521,6 +531,9 @@ _NO_PROJECTION: tuple[float | None, float, float] = (None, 0.0, 0.0)
 _json_of = itemgetter(1)
 _FEW_EXACT = 8
 """Up to this many exactly scored nodes, prioritize still answers from the pre-encoded fragments."""
+_FEW_TIED = 8
+"""Up to this many candidates tied at the top score, the hold weighs which one kube-scheduler will pick;
+more (a cluster of equal nodes, or none measured) is no real preference: the first one."""
 
 
 def _positions(items: list[str], value: str) -> Iterator[int]:

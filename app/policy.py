@@ -94,8 +94,9 @@ class Policy:
     """Metric name -> ``cpu`` | ``memory``, for estimation; defaults by name prefix."""
     topology: TopologySettings = field(default_factory=TopologySettings)
     scoring: str = "relative"
-    """``relative`` (rank the candidates by projected load after the pod, best 10, worst 0) or ``crane``
-    (crane's absolute ``(1 - u) * 100`` formula mapped to 0..10); see ``app.load``."""
+    """``relative`` (rank the candidates by projected load after the pod: the least loaded 10, the others
+    7 down to 0) or ``crane`` (crane's absolute ``(1 - u) * 100`` formula mapped to 0..10); see
+    ``app.load``."""
     source: str = "<memory>"
     document: Mapping[str, Any] = field(default_factory=dict)
     predicate_plan: tuple[tuple[str, float, float, str], ...] = field(init=False, repr=False, compare=False)

@@ -158,9 +158,10 @@ async def filter_nodes(request: Request):
     description=(
         'kube-scheduler\'s prioritize call: `[{"Host": name, "Score": 0..10}]`. By default '
         "(`scoring: relative`) the candidates are ranked by their projected load after this pod (weighted "
-        "load of the priority metrics plus estimates plus hot value / 10): least loaded 10, most loaded 0, "
-        "linear between. With `scoring: crane`, crane's weighted least-used formula minus the hot-value "
-        "penalty, mapped from 0..100 to 0..10."
+        "load of the priority metrics plus estimates plus hot value / 10): the least loaded scores 10 (alone "
+        "unless tied), every other candidate 7 down to 0 for the most loaded, linear between; the pod's "
+        "estimate is held on the best one until its bind. With `scoring: crane`, crane's weighted "
+        "least-used formula minus the hot-value penalty, mapped from 0..100 to 0..10."
     ),
 )
 async def prioritize_nodes(request: Request):

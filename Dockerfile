@@ -11,8 +11,12 @@
 # go stale when layers are copied) and PYTHONDONTWRITEBYTECODE keeps Python from trying. The extender and
 # the annotator run as UID 65532; the agent's DaemonSet runs it as UID 0 without capabilities
 # (scheduler_config/deploy/agent.yaml says why).
+#
+# The base is pinned by digest, so a rebuild gets the same base layers whatever the tag points at today.
+# To move to a newer base (security updates of Debian and CPython), look the digest up and replace it on
+# both FROM lines: docker buildx imagetools inspect python:3.11-slim-bookworm (the "Digest:" line).
 
-FROM python:3.11-slim-bookworm AS build
+FROM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -26,6 +30,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY app ./app
 COPY agent ./agent
 COPY common ./common
+COPY ballast ./ballast
 # A wheel built without isolation (the pinned tools above), installed with its pinned dependencies into
 # a virtualenv of its own that carries no pip; then every module is compiled.
 RUN python -m pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
@@ -34,7 +39,7 @@ RUN python -m pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
  && python -m pip --python /opt/ballast/bin/python check \
  && python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/ballast/lib
 
-FROM python:3.11-slim-bookworm
+FROM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 ENV PATH=/opt/ballast/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

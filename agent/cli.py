@@ -1,7 +1,7 @@
 """``ballast agent``: the node agent's command line (run mode, and ``topology`` to check discovery).
 
 ``register(subparsers)`` adds the ``agent`` command to the ``ballast`` parser; each handler is stored
-as ``args.func`` and returns the exit code, the convention of ``app/cli.py``.
+as ``args.func`` and returns the exit code, the convention of every ``ballast`` command (``ballast/cli.py``).
 """
 
 from __future__ import annotations
@@ -13,30 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.topology import CPUTopology, TopologyError
-from app.cliargs import HelpFormatter
-from app.durations import parse_duration
+from agent.topology_sysfs import read_topology
+from common.cli import HelpFormatter, add_common, duration, port
 
 __all__ = ["register", "run_agent", "show_topology", "topology_json"]
-
-
-def _duration(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
-    return seconds
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
-    return port
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -86,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     agent.add_argument(
         "--resync",
-        type=_duration,
+        type=duration,
         default="10s",
         metavar="DURATION",
         help="how often to re-check the kubelet settings and the stored NRT and re-publish it when it "
@@ -94,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     agent.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port,
         default=8091,
         metavar="PORT",
         help="port of the /healthz, /readyz and /metrics endpoint (0 disables it)",
@@ -146,12 +126,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     cpu.add_argument(
         "--cpu-manager-reconcile-period",
-        type=_duration,
+        type=duration,
         default="5s",
         metavar="DURATION",
         help="how often the CPU manager re-applies cpusets (pod events also trigger a pass)",
     )
-    _add_logging(agent)
+    add_common(agent)
     agent.set_defaults(func=run_agent)
 
     commands = agent.add_subparsers(dest="agent_command", metavar="COMMAND")
@@ -172,13 +152,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     topology.add_argument("--json", action="store_true", help="print JSON instead of a table")
     topology.set_defaults(func=show_topology)
     return agent
-
-
-def _add_logging(parser: argparse.ArgumentParser) -> None:
-    # Imported here: app.cli imports this module, so a top-level import would be circular.
-    from app.cli import add_common
-
-    add_common(parser)
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -229,7 +202,7 @@ def topology_table(topology: CPUTopology) -> str:
 def show_topology(args: argparse.Namespace) -> int:
     """``ballast agent topology``: discover from ``--sysfs`` and print; exit 1 naming the file on failure."""
     try:
-        topology = CPUTopology.from_sysfs(args.sysfs)
+        topology = read_topology(args.sysfs)
     except TopologyError as e:
         print(f"ballast agent topology: {e}", file=sys.stderr)
         return 1

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from agent.cpuset import CPUSet, CPUSetParseError
-from agent.quantity import Quantity, QuantityError
+from common.quantity import Quantity, QuantityError
 
 __all__ = [
     "KubeletConfigError",

@@ -2,7 +2,7 @@
 with the assignments.
 
 Feed it pods (``on_pods`` with the full list, ``on_pod_event`` per watch event; it is also a
-``app.kube.Reflector`` handler through ``replace``/``apply``) and call ``reconcile_once``, or let
+``common.kube.Reflector`` handler through ``replace``/``apply``) and call ``reconcile_once``, or let
 ``run(stop)`` call it every ``reconcile_period`` seconds and at once after pod events.
 
 One pass:
@@ -22,8 +22,8 @@ an annotation that arrives after the pod (crane's informer missed those) is hono
 assigned they are frozen while the pod lives: a later annotation edit is not a resize. After an agent
 restart they are read again from the pods.
 
-The checkpoint (``agent.state.CheckpointState``) is validated at start; a rejected one is moved aside,
-counted, and the state is rebuilt from the running pods by step 3 of the first pass.
+The checkpoint (``agent.state_checkpoint.CheckpointState``) is validated at start; a rejected one is moved
+aside, counted, and the state is rebuilt from the running pods by step 3 of the first pass.
 """
 
 from __future__ import annotations
@@ -38,11 +38,13 @@ from typing import Any
 
 from agent.cpuset import CPUSet
 from agent.metrics import CPUManagerMetrics
-from agent.podspec import CPUPolicy, PodInfo, parse_pod
 from agent.policy import AllocationError, PodDecision, StaticPolicy
 from agent.runtime import ContainerRef, ContainerRuntime, RuntimeCallError
-from agent.state import DEFAULT_STATE_PATH, CheckpointState, StateReader, StateWriteError
+from agent.state import StateReader
+from agent.state_checkpoint import DEFAULT_STATE_PATH, CheckpointState, StateWriteError
 from agent.topology import CPUTopology
+from common.exclusive import CPUPolicy
+from common.podspec import PodInfo, parse_pod
 
 __all__ = ["DEFAULT_RECONCILE_PERIOD", "DEFAULT_STATE_PATH", "CPUManager", "ReconcileResult"]
 
@@ -85,10 +87,10 @@ class CPUManager:
         metrics: CPUManagerMetrics | None = None,
         result_key: bytes | None = None,
     ) -> None:
-        """``state_path``: the checkpoint (``agent.state.DEFAULT_STATE_PATH`` on a node); ``runtime``: where
-        cpusets go (``CRIRuntime`` on a node); ``allowed_schedulers``: the ``spec.schedulerName`` values
-        whose topology results are trusted; ``default_policy``: for pods without a valid cpu-policy
-        annotation; ``node_name``: pods of other nodes are ignored."""
+        """``state_path``: the checkpoint (``agent.state_checkpoint.DEFAULT_STATE_PATH`` on a node);
+        ``runtime``: where cpusets go (``CRIRuntime`` on a node); ``allowed_schedulers``: the
+        ``spec.schedulerName`` values whose topology results are trusted; ``default_policy``: for pods
+        without a valid cpu-policy annotation; ``node_name``: pods of other nodes are ignored."""
         if runtime is None:
             raise ValueError("CPUManager needs a runtime (agent.runtime.CRIRuntime for a real node)")
         if not node_name:
@@ -163,7 +165,7 @@ class CPUManager:
                 self._decide(info)
         self._wake.set()
 
-    # ``app.kube.Reflector`` handler protocol
+    # ``common.kube.Reflector`` handler protocol
     def replace(self, objects: list[dict[str, Any]], resource_version: str = "") -> None:
         self.on_pods(objects)
 
@@ -425,8 +427,8 @@ class CPUManager:
                     break
 
     def pod_reflector(self, api_client: Any, *, resync_seconds: float = 300.0) -> Any:
-        """An ``app.kube.Reflector`` over this node's pods, feeding this manager; ``start()`` it."""
-        from app.kube import Reflector
+        """A ``common.kube.Reflector`` over this node's pods, feeding this manager; ``start()`` it."""
+        from common.kube import Reflector
 
         return Reflector(
             api_client,

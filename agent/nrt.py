@@ -18,13 +18,13 @@ from typing import Any
 
 from agent.cpuset import CPUSet
 from agent.kubelet_config import KubeletSettings
-from agent.quantity import QuantityError, parse_quantity
 from agent.reserved import reserved_cpus
 from agent.topology import CPUTopology
+from common.quantity import QuantityError, parse_quantity
+from common.topology_annotations import AWARENESS_KEY, parse_go_bool
 
 __all__ = [
     "API_VERSION",
-    "AWARENESS_LABEL",
     "CPU_MANAGER_DISABLED_ATTRIBUTE",
     "GROUP",
     "KIND",
@@ -34,7 +34,6 @@ __all__ = [
     "build_nrt",
     "nrt_differs",
     "nrt_merge_patch",
-    "parse_go_bool",
 ]
 
 GROUP = "topology.crane.io"
@@ -43,7 +42,6 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "NodeResourceTopology"
 PLURAL = "noderesourcetopologies"
 
-AWARENESS_LABEL = "topology.crane.io/topology-awareness"
 RESERVED_CPUS_ATTRIBUTE = "go.crane.io/reserved-system-cpus"
 CPU_MANAGER_DISABLED_ATTRIBUTE = "ballast.io/cpu-manager-disabled-reason"
 OWNED_ATTRIBUTES = (RESERVED_CPUS_ATTRIBUTE, CPU_MANAGER_DISABLED_ATTRIBUTE)
@@ -53,18 +51,6 @@ STATIC_KUBELET_REASON = (
     "kubelet cpuManagerPolicy is static: the kubelet pins exclusive CPUs itself, "
     "so the Ballast agent leaves cpusets alone"
 )
-
-_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-
-
-def parse_go_bool(value: str) -> bool | None:
-    """Go's ``strconv.ParseBool``: ``True``/``False`` for the spellings it accepts, ``None`` otherwise."""
-    if value in _GO_TRUE:
-        return True
-    if value in _GO_FALSE:
-        return False
-    return None
 
 
 def build_nrt(
@@ -83,7 +69,7 @@ def build_nrt(
     """
     if reserved is None:
         reserved = reserved_cpus(topology, kubelet)
-    awareness = parse_go_bool((node_labels or {}).get(AWARENESS_LABEL, ""))
+    awareness = parse_go_bool((node_labels or {}).get(AWARENESS_KEY, ""))
     policy = {
         "cpuManagerPolicy": "None" if kubelet.cpu_manager_is_static else "Static",
         "topologyManagerPolicy": "None" if awareness is False else "SingleNUMANodePodLevel",

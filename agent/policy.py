@@ -48,10 +48,10 @@ from dataclasses import dataclass, field
 
 from agent.cpu_assignment import NotEnoughCPUsError, take_by_topology
 from agent.cpuset import CPUSet
-from agent.podspec import ContainerKind, CPUPolicy, PodInfo, QOSClass
 from agent.state import POLICY_NAME, State, StateReader
 from agent.topology import CPUTopology
-from common.exclusive import decide_exclusive
+from common.exclusive import CPUPolicy, decide_exclusive
+from common.podspec import ContainerKind, PodInfo, QOSClass
 from common.seal import verify
 
 __all__ = [

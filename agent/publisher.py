@@ -45,7 +45,7 @@ from agent.nrt import (
 )
 from agent.reserved import reserved_cpus
 from agent.topology import CPUTopology
-from app.kube import ApiError, Kube, path_for
+from common.kube import ApiError, Kube, path_for
 
 __all__ = [
     "CONFIGZ_REFRESH_SECONDS",
@@ -440,7 +440,7 @@ def _summary(nrt: Mapping[str, Any]) -> str:
 
 
 class NodeHandler:
-    """``app.kube.Reflector`` handler for a watch on this one Node: feeds the publisher and calls
+    """``common.kube.Reflector`` handler for a watch on this one Node: feeds the publisher and calls
     ``on_change`` when the Node's uid or labels changed (the awareness label drives the NRT)."""
 
     def __init__(self, publisher: Publisher, on_change: Callable[[], None]) -> None:

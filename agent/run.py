@@ -23,10 +23,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from agent.cpuset import CPUSet
 from agent.publisher import (
@@ -39,11 +38,13 @@ from agent.publisher import (
     PublisherMetrics,
 )
 from agent.topology import CPUTopology, TopologyError
-from app.kube import Kube, KubeConfigError, Reflector, load_api_client
+from agent.topology_sysfs import read_topology
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.health import HealthServer, Probe
+from common.kube import Kube, KubeConfigError, Reflector, load_api_client
 from common.seal import SealKeyError, load_key
 
-__all__ = ["CPUManagerSupervisor", "HealthServer", "run"]
+__all__ = ["CPUManagerSupervisor", "published_probe", "run"]
 
 log = logging.getLogger("ballast.agent")
 
@@ -60,59 +61,18 @@ NODE_NAME_MISSING = (
 )
 
 
-# --- health and metrics endpoint ----------------------------------------------------------------------
+# --- readiness -----------------------------------------------------------------------------------------
 
 
-class HealthServer:
-    """``/healthz`` (the process serves), ``/readyz`` (``ready()``) and ``/metrics`` (``registry``) over
-    plain HTTP from a daemon thread. ``port=0`` picks a free port (see ``.port``)."""
+def published_probe(published: threading.Event) -> Probe:
+    """``/readyz`` of the agent: ready once the NodeResourceTopology was published."""
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, ready: Callable[[], bool]) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/healthz":
-                    self._send(200, b"ok\n")
-                elif path == "/readyz":
-                    if ready():
-                        self._send(200, b"ok\n")
-                    else:
-                        self._send(503, b"not ready: the NodeResourceTopology was not published yet\n")
-                elif path == "/metrics":
-                    self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-                else:
-                    self._send(404, b"not found: try /healthz, /readyz or /metrics\n")
+    def ready() -> tuple[bool, str]:
+        if published.is_set():
+            return True, "ok"
+        return False, "not ready: the NodeResourceTopology was not published yet"
 
-            def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: debug only
-                log.debug("health endpoint: " + format, *args)
-
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self.server.server_address[1])
-
-    def start(self) -> HealthServer:
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="agent-health", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self.server.shutdown()
-            self._thread.join(5)
-        self.server.server_close()
+    return ready
 
 
 # --- CPU manager --------------------------------------------------------------------------------------
@@ -292,7 +252,7 @@ def run(
         print(NODE_NAME_MISSING, file=sys.stderr)
         return 2
     try:
-        topology = CPUTopology.from_sysfs(args.sysfs)
+        topology = read_topology(args.sysfs)
     except TopologyError as e:
         log.error("topology discovery failed: %s", e)
         return 1
@@ -330,20 +290,16 @@ def run(
     wake = threading.Event()
     server: HealthServer | None = None
     if args.metrics_port:
-        try:
-            server = HealthServer(args.metrics_address, args.metrics_port, registry, publisher.ready.is_set)
-        except OSError as e:
-            log.error(
-                "cannot serve health and metrics on %s:%d: %s", args.metrics_address, args.metrics_port, e
-            )
+        server = HealthServer.serve(
+            args.metrics_address,
+            args.metrics_port,
+            registry,
+            ready=published_probe(publisher.ready),
+            name="agent-health",
+        )
+        if server is None:
             api_client.close()
             return 1
-        server.start()
-        log.info(
-            "health and metrics on http://%s:%d (/healthz, /readyz, /metrics)",
-            args.metrics_address,
-            server.port,
-        )
 
     node_watch = Reflector(
         kube,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from agent.cpuset import CPUSet, CPUSetParseError
-from agent.podspec import QOSClass
+from common.podspec import QOSClass
 
 if TYPE_CHECKING:
     from agent.cri.client import CRIClient

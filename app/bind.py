@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from app.estimation import Ledger
-from app.kube import ApiError, Kube
+from app.ledger import Ledger
 from app.wire import BindingArgs
+from common.kube import ApiError, Kube
 
 log = logging.getLogger("ballast.bind")
 

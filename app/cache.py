@@ -12,31 +12,30 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from cachetools import TTLCache
 
-from agent.podspec import PodInfo as AgentPod
-from agent.podspec import parse_pod
 from app.bad_request import BadRequest
-from app.estimation import Ledger
-from app.kube import Kube, Reflector
+from app.ledger import Ledger
 from app.nodestate import NodeLoad, parse_node
 from app.numa import (
     NRT_PATH,
-    RESULT_ANNOTATION,
     NodeTopology,
     ZoneUsage,
     exclusive_zones,
     parse_nrt,
-    result_zones,
 )
 from app.podinfo import PodInfo, pod_info
 from app.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.kube import Kube, Reflector
+from common.podspec import PodInfo as AgentPod
+from common.podspec import parse_pod
 from common.seal import SEAL_ANNOTATION, verify
+from common.topology_annotations import TOPOLOGY_RESULT_ANNOTATION
 
 log = logging.getLogger("ballast.cache")
 
@@ -57,8 +56,6 @@ class PodRecord:
     spec: AgentPod | None = None
     """The pod as the agent reads it (QoS, exclusive CPUs, topology result), for NUMA zone usage; the watch
     keeps it only for pods with a topology result (``pod_record``)."""
-    result_memory: Mapping[str, int] = field(default_factory=dict)
-    """Memory per zone from the topology result (the agent's parse drops memory)."""
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -124,8 +121,7 @@ def pod_record(pod: Mapping[str, Any], *, every_spec: bool = True) -> PodRecord 
         scheduled_at=scheduled,
         annotations=dict(annotations),
         scheduler=str(spec.get("schedulerName") or ""),
-        spec=parse_pod(pod) if every_spec or RESULT_ANNOTATION in annotations else None,
-        result_memory={z: m for z, _c, m in result_zones(annotations.get(RESULT_ANNOTATION)) or ()},
+        spec=parse_pod(pod) if every_spec or TOPOLOGY_RESULT_ANNOTATION in annotations else None,
     )
 
 
@@ -204,7 +200,7 @@ class _Pods:
         for uid in gone:
             self.cache.pod_gone(uid)
         for r in records.values():
-            if RESULT_ANNOTATION in r.annotations:
+            if TOPOLOGY_RESULT_ANNOTATION in r.annotations:
                 self.cache.assumed.pop(r.uid, None)
             if r.uid not in old:
                 self.cache.pod_bound(r)
@@ -237,7 +233,7 @@ class _Pods:
         if record is None:
             self.cache.pod_gone(uid)
         else:
-            if RESULT_ANNOTATION in record.annotations:
+            if TOPOLOGY_RESULT_ANNOTATION in record.annotations:
                 self.cache.assumed.pop(record.uid, None)  # the real annotation replaces the assumption
             if old is None or old.node != record.node:
                 self.cache.pod_bound(record)
@@ -392,14 +388,17 @@ class ClusterCache:
             seen = set()
             topo = self.topologies.get(node)
             for r in self.pods_on(node):
-                if RESULT_ANNOTATION not in r.annotations or r.spec is None:
+                if TOPOLOGY_RESULT_ANNOTATION not in r.annotations or r.spec is None:
                     continue
                 seen.add(r.uid)  # the pod's own result replaces what bind assumed
                 sealed = None
                 if self.result_key is not None:
-                    text, mark = r.annotations.get(RESULT_ANNOTATION), r.annotations.get(SEAL_ANNOTATION)
+                    text, mark = (
+                        r.annotations.get(TOPOLOGY_RESULT_ANNOTATION),
+                        r.annotations.get(SEAL_ANNOTATION),
+                    )
                     sealed = verify(self.result_key, r.uid, r.node, text, mark)
-                zones = exclusive_zones(r.spec, r.result_memory, topo, self.allowed_schedulers, sealed)
+                zones = exclusive_zones(r.spec, topo, self.allowed_schedulers, sealed)
                 if zones is not None:
                     usage.add(f"{r.namespace}/{r.name}", zones)
             with self.lock:

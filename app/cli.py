@@ -1,37 +1,24 @@
-"""``ballast``: one command, a subcommand per program (extender, annotator, agent)."""
+"""``ballast extender``: the extender's command line; ``register(subparsers)`` adds it to ``ballast``
+(``ballast/cli.py``), and its handler (``args.func``) returns the exit code."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
-from collections.abc import Sequence
 from typing import Any
 
-from agent import cli as agent_cli
 from app import __version__
-from app.annotator import cli as annotator_cli
 from app.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
-from app.cliargs import HelpFormatter, positive_seconds, seconds
-from app.logs import LEVELS, setup_logging
 from app.policy import PolicyError, load_policy
+from common.cli import HelpFormatter, add_common, positive_seconds, seconds
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.seal import SealKeyError, load_key
 
 log = logging.getLogger("ballast")
 
 
-def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-level", choices=LEVELS, default="info", help="log verbosity")
-    p.add_argument(
-        "--log-format",
-        choices=("text", "json"),
-        default="text",
-        help="text for people, json for log pipelines",
-    )
-
-
-def _extender_parser(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``extender`` to a ``ballast`` subparsers object."""
     p = sub.add_parser(
         "extender",
         help="run the scheduler extender (filter, prioritize, bind, preempt) that kube-scheduler calls",
@@ -111,13 +98,14 @@ def _extender_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_common(p)
     p.set_defaults(func=run_extender)
+    return p
 
 
 def run_extender(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.kube import Kube, KubeConfigError, cluster_configured, load_api_client
     from app.main import create_app
+    from common.kube import Kube, KubeConfigError, cluster_configured, load_api_client
 
     try:
         policy = load_policy(args.policy)
@@ -178,28 +166,3 @@ def _listening_server(config: Any, policy_path: str) -> Any:
                     )
 
     return Server(config)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ballast",
-        description="Ballast: load-aware and topology-aware scheduling for Kubernetes.",
-    )
-    parser.add_argument("--version", action="version", version=f"ballast {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    _extender_parser(sub)
-    annotator_cli.register(sub)
-    agent_cli.register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    setup_logging(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"))
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

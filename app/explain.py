@@ -54,8 +54,8 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
     """Everything that went into one node's verdict and score for ``pod``: the body of /nodes and /explain."""
     policy = ext.store.current
     incoming = ext.incoming(pod, now)
-    filter_extra = ext.extra(load, policy, now, incoming)
-    score_extra = ext.extra(load, policy, now, None, skip=pod.uid)
+    filter_extra = ext.extra(load, now, incoming)
+    score_extra = ext.extra(load, now, None, skip=pod.uid)
     rejection = None if pod.daemonset else check_node(load, policy, now, filter_extra)
     score = score_node(load, policy, now, score_extra, explain=True)
     hot = load.hot
@@ -137,7 +137,7 @@ def numa_view(ext: Extender, node: str, req: NumaRequest | None = None) -> dict[
     if not topo.static:
         view["note"] = "the kubelet manages CPUs on this node: NUMA pods pass"
     elif req is not None:
-        f = ext.numa_fit(req, node)
+        f = ext.numa.fit(req, node)
         if f is not None:
             view["pod"] = {
                 "cpus": req.cpus,

@@ -7,28 +7,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from itertools import filterfalse
 from operator import itemgetter
 from typing import Any, Protocol
 
 import orjson
-from cachetools import TTLCache
 
+from app import estimation
 from app.bad_request import BadRequest
-from app.estimation import Estimate, Ledger, estimate_usage
+from app.estimation import Estimate, estimate_usage, metric_plan
+from app.ledger import Ledger
 from app.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
-from app.numa import Fit, NodeTopology, NumaRequest, ZoneUsage, combine, fit, numa_request, numa_score
-from app.numa_bind import MISSING
+from app.numa import NodeTopology, ZoneUsage
+from app.numa_check import NumaCheck
 from app.podinfo import PodInfo, pod_info
 from app.policy import Policy
 from app.policy_store import PolicyStore
 from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
-from app.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, fragments, judge, tier
-from app.wire import ExtenderArgs
+from app.verdicts import VerdictBoard, filter_names, fragments
+from app.wire import ExtenderArgs, filter_result, require_pod
 
 log = logging.getLogger("ballast.extender")
 
@@ -75,9 +74,9 @@ class Extender:
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self.board: VerdictBoard | None = None
-        self._numa_seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
-        """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
         self._rejected_children: dict[str, Any] = {}
+        self.numa = NumaCheck(store, source, lambda count: self._rejected("numa").inc(count), clock)
+        """The NUMA side of filter and prioritize; remembers what filter learnt for bind."""
         self._answering = threading.local()
         """Set while ``answering`` runs a verb in this thread: the board defers what the verb changes."""
         self.request_board: VerdictBoard | None = None
@@ -192,10 +191,10 @@ class Extender:
             return None
         return self.ledger.incoming(pod, now)
 
-    def extra(self, load: NodeLoad, policy: Policy, now: float, incoming: Estimate | None, skip: str = ""):
+    def extra(self, load: NodeLoad, now: float, incoming: Estimate | None, skip: str = ""):
         if self.ledger is None:
             return {}
-        return self.ledger.extra(load, policy, now, incoming, skip=skip or None)
+        return self.ledger.extra(load, now, incoming, skip=skip or None)
 
     # -- verbs --------------------------------------------------------------------------------------
 
@@ -223,18 +222,12 @@ class Extender:
                     keep = set(passed)
                     passing_nodes = [n for n, name in zip(args.nodes, names, strict=True) if name in keep]
             passing_names = [n["metadata"]["name"] for n in passing_nodes]
-            numa_failed = self._numa_filter(args.pod, pod, passing_names, failed)
+            numa_failed = self.numa.filter(args.pod, pod, passing_names, failed)
             if numa_failed:
                 passing_nodes = [n for n in passing_nodes if n["metadata"]["name"] not in numa_failed]
                 passing_names = [n for n in passing_names if n not in numa_failed]
             self._hold_single(pod, passing_names, now)
-            return {
-                "Nodes": {"metadata": {}, "items": passing_nodes},
-                "NodeNames": None,
-                "FailedNodes": failed,
-                "FailedAndUnresolvableNodes": {},
-                "Error": "",
-            }
+            return filter_result(nodes=passing_nodes, failed=failed)
         names = args.node_names or []
         self._seen["filter"].inc(len(names))
         if self.source is None:
@@ -249,7 +242,7 @@ class Extender:
                 load = self._from_name(name)
                 rejection = None
                 if load is not None:
-                    rejection = check_node(load, policy, now, self.extra(load, policy, now, incoming))
+                    rejection = check_node(load, policy, now, self.extra(load, now, incoming))
                 if rejection is None:
                     append(name)
                 else:
@@ -259,17 +252,11 @@ class Extender:
                 passing, failed = self._filter_from_board(
                     self.board, self._from_name, pod, names, incoming, policy, now
                 )
-            numa_failed = self._numa_filter(args.pod, pod, passing, failed)
+            numa_failed = self.numa.filter(args.pod, pod, passing, failed)
             if numa_failed:
                 passing = [n for n in passing if n not in numa_failed]
             self._hold_single(pod, passing, now)
-        return {
-            "Nodes": None,
-            "NodeNames": passing,
-            "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": {},
-            "Error": "",
-        }
+        return filter_result(names=passing, failed=failed)
 
     def _filter_from_board(
         self,
@@ -281,129 +268,19 @@ class Extender:
         policy: Policy,
         now: float,
     ) -> tuple[list[str], dict[str, str]]:
-        """Names-mode filter from the verdict board: non-tight nodes pass at the cost of a set lookup, tight
-        ones are judged from precomputed rooms, and only the pod's own hold, nodes the board lacks and
-        float ties take the exact path. Same verdicts and reasons as ``check_node`` (tests compare)."""
-        board.refresh(now)
-        cpu = incoming.cpu_milli if incoming is not None else 0
-        mem = incoming.memory_bytes if incoming is not None else 0
-        cpu_tier, mem_tier = tier(cpu, CPU_TIERS), tier(mem, MEMORY_TIERS)
-        small = cpu_tier is not None and mem_tier is not None
-        blocked = board.blocked
-        tight_cpu = board.tight_cpu[cpu_tier] if cpu_tier is not None else blocked
-        tight_mem = board.tight_memory[mem_tier] if mem_tier is not None else blocked
-        derived = board.derived
-        special: set[str] = set()
-        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
-        if own is not None:
-            special.add(own.node)
-        if len(names) > len(derived):
-            special.update(n for n in names if n not in derived)
-        # Nodes that need a look: over a limit, too tight for a pod this size, or special. One C-level
-        # union; everything else passes through a comprehension at a set lookup per node.
-        if small:
-            look = blocked | tight_cpu | tight_mem | special if special else blocked | tight_cpu | tight_mem
-            checked = look.intersection(names)
-        else:
-            checked = set(names)
-        # Verdicts already worked out this second for a pod of this size (the watch thread may drop
-        # entries meanwhile: read each once, and whatever is gone is worked out again).
-        memo = board.memo(cpu, mem, round(now))
-        generation = board.generation
-        entries = memo.failed
-        known = entries.keys() & checked
-        if special:
-            known -= special
-        hits = {name: e for name in known if (e := entries.get(name)) is not None}
-        failed = {name: e[0] for name, e in hits.items()}
-        rejected_by = Counter(e[1] for e in hits.values())
-        todo = checked - hits.keys()
-        todo -= memo.passed - special if special else memo.passed
-        new_failed: dict[str, tuple[str, str]] = {}
-        new_passed: set[str] = set()
-        for name in todo:
-            d = derived.get(name)
-            exact = d is None or name in special
-            verdict = UNSURE if exact else judge(d, cpu, mem, now)
-            if verdict is UNSURE:
-                load = lookup(name)
-                verdict = None
-                if load is not None:
-                    verdict = check_node(load, policy, now, self.extra(load, policy, now, incoming))
-            if verdict is None:
-                if not exact:
-                    new_passed.add(name)
-                continue
-            assert isinstance(verdict, Rejection)
-            failed[name] = verdict.reason
-            rejected_by[verdict.metric] += 1
-            if not exact:
-                new_failed[name] = (verdict.reason, verdict.metric)
-        if new_failed or new_passed:
-            board.record(memo, generation, new_failed, new_passed)
+        """Names-mode filter from the verdict board (``app.verdicts.filter_names``)."""
+
+        def exact_check(name: str) -> Rejection | None:
+            load = lookup(name)
+            return None if load is None else check_node(load, policy, now, self.extra(load, now, incoming))
+
+        cpu, mem = _size(incoming)
+        passing, failed, rejected_by = filter_names(
+            board, names, cpu, mem, now, self._own_node(pod), exact_check
+        )
         for metric, count in rejected_by.items():
             self._rejected(metric).inc(count)
-        passing = list(filterfalse(failed.__contains__, names)) if failed else list(names)
         return passing, failed
-
-    # -- NUMA ------------------------------------------------------------------------------------
-
-    def numa_seen(self, uid: str) -> NumaRequest | object | None:
-        return self._numa_seen.get(uid, MISSING)
-
-    def _numa_request(self, pod_obj: dict[str, Any], pod: PodInfo) -> NumaRequest | None:
-        req = numa_request(pod_obj)
-        if pod.uid:
-            self._numa_seen[pod.uid] = req
-        return req
-
-    def numa_fit(self, req: NumaRequest, node: str) -> Fit | None:
-        """The NUMA fit on a node whose NRT says Ballast pins CPUs there; ``None`` otherwise (passes)."""
-        if self.source is None:
-            return None
-        topo = self.source.topology(node)
-        if topo is None or not topo.static or not topo.zones:
-            return None
-        return fit(topo, self.source.zone_usage(node), req, self.store.current.topology.memory_aware)
-
-    def numa_pod(self, pod_obj: dict[str, Any], pod: PodInfo) -> NumaRequest | None:
-        """The pod's exclusive-CPU need, when it has one and some node pins CPUs (else no NUMA work).
-
-        Parsing the pod's containers for it costs as much as the rest of a small prioritize, so it is
-        skipped outright while no node's NRT says Ballast pins CPUs (bind looks at the node first too)."""
-        if pod.daemonset or self.source is None or not self.source.pins_cpus():
-            return None
-        return self._numa_request(pod_obj, pod)
-
-    def _numa_filter(
-        self, pod_obj: dict[str, Any], pod: PodInfo, passing: list[str], failed: dict
-    ) -> set[str]:
-        """Reject passing nodes where a pod that needs exclusive CPUs does not fit the NUMA zones."""
-        req = self.numa_pod(pod_obj, pod)
-        if req is None:
-            return set()
-        out = set()
-        for name in passing:
-            f = self.numa_fit(req, name)
-            if f is not None and not f.ok:
-                failed[name] = f.reason
-                out.add(name)
-                self._rejected("numa").inc()
-        return out
-
-    def _numa_scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> bool:
-        """Fold the NUMA score into a NUMA pod's scores; True when any score changed."""
-        req = self.numa_pod(pod_obj, pod)
-        if req is None:
-            return False
-        weight = self.store.current.topology.score_weight
-        changed = False
-        for entry in out:
-            f = self.numa_fit(req, entry["Host"])
-            if f is not None:
-                entry["Score"] = combine(entry["Score"], numa_score(f), weight)
-                changed = True
-        return changed
 
     def _rejected(self, metric: str):
         child = self._rejected_children.get(metric)
@@ -411,10 +288,15 @@ class Extender:
             child = self._rejected_children[metric] = self.metrics.rejected.labels(metric)
         return child
 
+    def _own_node(self, pod: PodInfo) -> str | None:
+        """The node holding this pod's own estimate (kube-scheduler asks again after a failed attempt)."""
+        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
+        return own.node if own is not None else None
+
     def _hold_single(self, pod: PodInfo, passing: list[str], now: float) -> None:
         """With one feasible node kube-scheduler skips prioritize: hold the estimate here instead."""
-        if self.ledger is not None and len(passing) == 1 and not pod.daemonset:
-            self.ledger.hold(pod, passing[0], now)
+        if len(passing) == 1:
+            self._hold_best(pod, passing, [0], now)
 
     def prioritize(self, args: ExtenderArgs, encoded: bool = False) -> list[dict[str, Any]] | bytes:
         """Scores for kube-scheduler; with ``encoded`` the answer may come back as ready JSON bytes."""
@@ -445,15 +327,27 @@ class Extender:
             after = [self._exact_load(lambda _n, x=x: x, x.name, pod, policy, now, incoming) for x in loads]
             out = [{"Host": n, "Score": v} for n, v in zip(names, relative_scores(after), strict=True)]
         for load in loads if policy.scoring != "relative" else ():
-            score = score_node(load, policy, now, self.extra(load, policy, now, None, skip=pod.uid)).score
+            score = score_node(load, policy, now, self.extra(load, now, None, skip=pod.uid)).score
             out.append({"Host": load.name, "Score": score})
-        self._numa_scores(args.pod, pod, out)
-        if self.ledger is not None and out and not pod.daemonset:
-            # kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most
-            # likely get, so the next pod's filter sees it before the bind arrives.
-            best = max(out, key=lambda e: e["Score"])
-            self.ledger.hold(pod, best["Host"], now)
+        self.numa.scores(args.pod, pod, out)
+        self._hold_best(pod, [e["Host"] for e in out], [e["Score"] for e in out], now)
         return out
+
+    def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
+        """kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most likely
+        get, the best-scoring candidate, so the next pod's filter and prioritize see it there before the
+        bind arrives. kube-scheduler breaks a tie between equal scores by its own plugins, whose
+        request-based scores favour the node with fewer pods: among a few tied candidates the hold goes
+        to the one holding the fewest of Ballast's estimates (the first of those)."""
+        if self.ledger is None or not names or pod.daemonset:
+            return
+        top = max(scores)
+        best = scores.index(top)
+        if 1 < scores.count(top) <= _FEW_TIED:
+            on_node = self.ledger.on_node
+            tied = [i for i, s in enumerate(scores) if s == top]
+            best = min(tied, key=lambda i: sum(e.uid != pod.uid for e in on_node(names[i])))
+        self.ledger.hold(pod, names[best], now)
 
     def _prioritize_from_board(
         self,
@@ -473,12 +367,11 @@ class Extender:
         lacking = None in entries
         values = [None if e is None else e[0] for e in entries] if lacking else list(map(_score_of, entries))
         exact = set()
-        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
-        if own is not None:
-            exact.add(own.node)
+        if (own := self._own_node(pod)) is not None:
+            exact.add(own)
         if lacking:
             exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
-        numa_pod = self.numa_pod(pod_obj, pod) is not None
+        numa_pod = self.numa.request(pod_obj, pod) is not None
         if encoded and not numa_pod and len(exact) <= _FEW_EXACT:
             # The common case: every score is the board's standing one, already encoded per node, but for
             # a few nodes scored exactly: the node holding this pod's own estimate (kube-scheduler asks
@@ -493,18 +386,16 @@ class Extender:
                 for i in _positions(names, name):
                     values[i] = score
                     parts[i] = orjson.dumps({"Host": name, "Score": score})
-            if self.ledger is not None and names and not pod.daemonset:
-                self.ledger.hold(pod, names[values.index(max(values))], now)
+            self._hold_best(pod, names, values, now)
             return b"[" + b",".join(parts) + b"]"
         if exact:
             for i, name in enumerate(names):
                 if name in exact:
                     values[i] = self._exact_score(lookup, name, pod, policy, now)
         out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
-        if self._numa_scores(pod_obj, pod, out):
+        if self.numa.scores(pod_obj, pod, out):
             values = [e["Score"] for e in out]
-        if self.ledger is not None and out and not pod.daemonset:
-            self.ledger.hold(pod, names[values.index(max(values))], now)
+        self._hold_best(pod, names, values, now)
         return out
 
     def _relative_from_board(
@@ -523,12 +414,10 @@ class Extender:
         holding this pod's own estimate and names the board lacks."""
         entries = list(map(board.projection.get, names))  # C-level; None for names the board lacks
         incoming = self.incoming(pod, now)
-        cpu = incoming.cpu_milli if incoming is not None else 0
-        mem = incoming.memory_bytes if incoming is not None else 0
+        cpu, mem = _size(incoming)
         exact = set()
-        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
-        if own is not None:
-            exact.add(own.node)
+        if (own := self._own_node(pod)) is not None:
+            exact.add(own)
         if None in entries:
             exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
             entries = [e if e is not None else _NO_PROJECTION for e in entries]
@@ -541,9 +430,9 @@ class Extender:
             for i in _positions(names, name):
                 loads[i] = value
         scores = relative_scores(loads)
-        numa_pod = self.numa_pod(pod_obj, pod) is not None
-        if not numa_pod and self.ledger is not None and names and not pod.daemonset:
-            self.ledger.hold(pod, names[scores.index(max(scores))], now)
+        numa_pod = self.numa.request(pod_obj, pod) is not None
+        if not numa_pod:
+            self._hold_best(pod, names, scores, now)
         if encoded and not numa_pod:
             frags = list(map(board.fragments.get, names))
             if None in frags:
@@ -551,10 +440,8 @@ class Extender:
             return b"[" + b",".join(map(tuple.__getitem__, frags, scores)) + b"]"
         out = [{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)]
         if numa_pod:
-            self._numa_scores(pod_obj, pod, out)
-            if self.ledger is not None and out and not pod.daemonset:
-                best = max(range(len(out)), key=lambda i: out[i]["Score"])
-                self.ledger.hold(pod, names[best], now)
+            self.numa.scores(pod_obj, pod, out)
+            self._hold_best(pod, names, [e["Score"] for e in out], now)
         return out
 
     def _exact_load(
@@ -572,9 +459,9 @@ class Extender:
         if load is None:
             return None
         extra = (
-            self.extra(load, policy, now, incoming)
+            self.extra(load, now, incoming)
             if incoming is not None
-            else self.extra(load, policy, now, None, skip=pod.uid)
+            else self.extra(load, now, None, skip=pod.uid)
         )
         return projected_load(load, policy, now, extra)
 
@@ -586,14 +473,14 @@ class Extender:
         load = lookup(name)
         if load is None:
             return 0
-        return score_node(load, policy, now, self.extra(load, policy, now, None, skip=pod.uid)).score
+        return score_node(load, policy, now, self.extra(load, now, None, skip=pod.uid)).score
 
     def preempt(self, body: dict[str, Any]) -> dict[str, Any]:
         """Keep candidate nodes where evicting the victims brings the node under every limit."""
         policy = self.store.current
         now = self.clock()
         folded = {k.lower(): v for k, v in body.items()}
-        pod = pod_info(_require_pod(folded))
+        pod = pod_info(require_pod(folded))
         incoming = self.incoming(pod, now)
         full = folded.get("nodenametovictims")
         meta = folded.get("nodenametometavictims")
@@ -618,9 +505,9 @@ class Extender:
             load = self.known_node(node)
             if load is not None and not pod.daemonset:
                 extra = (
-                    self.ledger.extra(load, policy, now, incoming, minus=freed)
+                    self.ledger.extra(load, now, incoming, minus=freed)
                     if self.ledger is not None
-                    else _minus_only(load, policy, freed, incoming)
+                    else estimation.extra(load, metric_plan(policy), {}, minus=freed)
                 )
                 rejection = check_node(load, policy, now, extra)
                 if rejection is not None:
@@ -667,6 +554,9 @@ _NO_PROJECTION: tuple[float | None, float, float] = (None, 0.0, 0.0)
 _json_of = itemgetter(1)
 _FEW_EXACT = 8
 """Up to this many exactly scored nodes, prioritize still answers from the pre-encoded fragments."""
+_FEW_TIED = 8
+"""Up to this many candidates tied at the top score, the hold weighs which one kube-scheduler will pick;
+more (a cluster of equal nodes, or none measured) is no real preference: the first one."""
 
 
 def _positions(items: list[str], value: str) -> Iterator[int]:
@@ -680,21 +570,6 @@ def _positions(items: list[str], value: str) -> Iterator[int]:
         yield i
 
 
-def _require_pod(folded: dict[str, Any]) -> dict[str, Any]:
-    pod = folded.get("pod")
-    if not isinstance(pod, dict):
-        raise BadRequest("Pod", "required: the pod being scheduled")
-    return pod
-
-
-def _minus_only(
-    load: NodeLoad, policy: Policy, freed: dict[str, int], incoming: Estimate | None
-) -> dict[str, float]:
-    """Without a ledger, only the victims' freed usage changes the verdict."""
-    out = {}
-    for metric in load.samples:
-        resource = policy.resource_of(metric)
-        alloc = load.allocatable_cpu_milli if resource == "cpu" else load.allocatable_memory_bytes
-        if resource and alloc:
-            out[metric] = -freed.get(resource, 0) / alloc
-    return out
+def _size(incoming: Estimate | None) -> tuple[int, int]:
+    """The incoming pod's estimate (millicores, bytes); nothing without one."""
+    return (incoming.cpu_milli, incoming.memory_bytes) if incoming is not None else (0, 0)

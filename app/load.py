@@ -4,10 +4,13 @@ Two scorings (``spec.scoring``). The default, ``relative``, ranks the candidates
 
     load(node) = sum((u + extra) * w) / sum(w) + hot / 10       over fresh priority metrics
     after(node) = load(node) + this pod's estimate, in the same weighted units (``pod_slope``)
-    score = round_half_up(10 * (worst - after) / (worst - best))  over the candidates with information
-so the least loaded candidate after the pod scores 10, the most loaded 0, equal loads score equally, and
-all 11 levels separate the candidates actually in play (crane's absolute scale gives nodes whose loads
-differ by less than 0.1 the same score, and a burst piles onto such ties). ``crane`` keeps crane's formula:
+    score = 10                                              for the least ``after`` (and loads equal to it)
+    score = round_half_up(7 * (worst - after) / (worst - best))   for the other candidates with information
+so the least loaded candidate after the pod scores 10, alone unless tied, every other candidate at most 7
+(``RUNNER_UP``: three levels below, enough that kube-scheduler's own request-based plugin scores do not
+overturn the choice in a burst), the most loaded 0, and equal loads score equally. The levels separate the
+candidates actually in play (crane's absolute scale gives nodes whose loads differ by less than 0.1 the
+same score, and a burst piles onto such ties). ``crane`` keeps crane's formula:
 
 Filter: a node is rejected when a *fresh* value of a predicate metric is above its limit. Missing,
 stale or unreadable values never reject (they are "no information").
@@ -31,9 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.annotations import HOT_VALUE_VALID_SECONDS, fresh
-from app.durations import format_duration
 from app.nodestate import NodeLoad
 from app.policy import Policy
+from common.durations import format_duration
 
 MAX_EXTENDER_SCORE = 10
 _NO_EXTRA: Mapping[str, float] = {}
@@ -201,12 +204,22 @@ def pod_slope(load: NodeLoad, policy: Policy, now: float) -> tuple[float, float]
 
 
 _TIE = 1e-9
-"""Loads closer than this are equal (float noise must not split a tie into 10 and 0)."""
+"""Loads closer than this are equal (float noise must not split a tie into 10 and 7)."""
+
+RUNNER_UP = 7
+"""The highest score of a candidate that is not the least loaded one. kube-scheduler adds
+``score * weight * 10`` to its own plugin scores, and its request-based plugins (NodeResourcesFit's
+LeastAllocated, NodeResourcesBalancedAllocation) favour the node with fewer pods, which in a burst is the
+busier one: about 6 points per 500m/1Gi pod on an 8-CPU node, some 60 points after ten. With the shipped
+weight 3, three levels are 90 points: the least loaded candidate keeps its lead through that, so
+kube-scheduler picks the node prioritize holds the pod's estimate on, and the next pod sees the pod there
+before its bind arrives (kube-scheduler binds asynchronously)."""
 
 
 def relative_scores(loads: Sequence[float | None]) -> list[int]:
-    """0..10 per candidate: 10 for the least projected load, 0 for the most, linear between, rounded half
-    up; 0 for a candidate without information; 10 for all when every load is the same."""
+    """0..10 per candidate: 10 for the least projected load (and loads equal to it), the others from
+    ``RUNNER_UP`` (just above the least) linearly down to 0 (the most), rounded half up; 0 for a candidate
+    without information; 10 for all when every load is the same."""
     known = [x for x in loads if x is not None]
     if not known:
         return [0] * len(loads)
@@ -214,6 +227,10 @@ def relative_scores(loads: Sequence[float | None]) -> list[int]:
     span = max(known) - best
     if span <= _TIE:
         return [0 if x is None else MAX_EXTENDER_SCORE for x in loads]
-    scale = MAX_EXTENDER_SCORE / span
+    scale = RUNNER_UP / span
     top = best + span
-    return [0 if x is None else math.floor((top - x) * scale + 0.5) for x in loads]
+    tied = best + _TIE
+    return [
+        0 if x is None else MAX_EXTENDER_SCORE if x <= tied else math.floor((top - x) * scale + 0.5)
+        for x in loads
+    ]

@@ -17,13 +17,14 @@ from collections.abc import Callable
 
 from app.bad_request import BadRequest
 from app.bind import BindError, Undo
-from app.estimation import Estimate, Ledger, estimate_usage
-from app.kube import Kube
+from app.estimation import Estimate, estimate_usage
+from app.ledger import Ledger
 from app.load import check_node
 from app.nodestate import NodeLoad
 from app.podinfo import pod_info
 from app.policy_store import PolicyStore
 from app.wire import BindingArgs
+from common.kube import Kube
 
 
 class LoadPreBind:
@@ -78,7 +79,7 @@ class LoadPreBind:
             policy = self.store.current
             now = self.clock()
             incoming = Estimate(args.pod_uid, name, "", size[0], size[1], now, tentative=True)
-            extra = self.ledger.extra(load, policy, now, incoming, bound_only=True)
+            extra = self.ledger.extra(load, now, incoming, bound_only=True)
             rejection = check_node(load, policy, now, extra)
             if rejection is not None:
                 self.on_refused(rejection.metric)

@@ -25,15 +25,15 @@ from app.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
 from app.api.state import Services
 from app.bind import Binder
 from app.cache import ClusterCache
-from app.estimation import Ledger
 from app.extender import Extender
-from app.kube import Kube
+from app.ledger import Ledger
 from app.load_bind import LoadPreBind
 from app.metrics import ExtenderMetrics
 from app.numa_bind import NumaPreBind
 from app.policy import Policy
 from app.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
+from common.kube import Kube
 
 log = logging.getLogger("ballast.extender")
 
@@ -150,7 +150,7 @@ def create_app(
         load_check = LoadPreBind(
             kube, ledger, store, cache.node, clock, lambda metric: metrics.binds_refused.labels(metric).inc()
         )
-        numa = NumaPreBind(kube, cache, store, extender.numa_seen, result_key)
+        numa = NumaPreBind(kube, cache, store, extender.numa.seen, result_key)
         binder = Binder(kube, ledger, clock, pre_bind=[load_check, numa])
     svc = Services(
         store=store,

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agent.quantity import parse_bytes as memory_bytes
-from agent.quantity import parse_cpu_milli as cpu_milli
 from app.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, Sample, read_sample
 from app.policy import Policy
+from common.quantity import parse_bytes as memory_bytes
+from common.quantity import parse_cpu_milli as cpu_milli
 
 
 @dataclass(frozen=True, slots=True)

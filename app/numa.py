@@ -1,9 +1,10 @@
 """NUMA-aware placement from NodeResourceTopology (crane's NodeResourceTopologyMatch, without its bugs).
 
 Pure functions: parse an NRT once per event, read what a pod needs, say whether and how it fits a node,
-and render the ``topology.crane.io/topology-result`` annotation. Pods are read with the agent's own
-parser (``agent.podspec``), so the extender and the CPU manager agree on which pods need exclusive CPUs
-(the kubelet's rule: Guaranteed QoS, integer CPU requests) and on the annotation's format.
+and what to write into the ``topology.crane.io/topology-result`` annotation. Pods are read with the
+agent's own parser (``common.podspec``) and results with the one ``common.topology_annotations``, so the
+extender and the CPU manager agree on which pods need exclusive CPUs (the kubelet's rule: Guaranteed QoS,
+integer CPU requests) and on the annotation's format.
 
 Differences from crane, on purpose:
 - a node without an NRT passes (crane rejected it: fail-closed for every node without crane-agent);
@@ -20,17 +21,12 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+from common.exclusive import CPUPolicy, decide_exclusive
+from common.podspec import PodInfo as AgentPod
+from common.podspec import QOSClass, parse_pod
+from common.quantity import QuantityError, format_cpu_milli, format_quantity, parse_bytes, parse_cpu_milli
+from common.topology_annotations import AWARENESS_KEY, parse_go_bool
 
-from agent.nrt import parse_go_bool
-from agent.podspec import CPUPolicy, QOSClass, parse_pod
-from agent.podspec import PodInfo as AgentPod
-from agent.quantity import QuantityError, format_cpu_milli, format_quantity, parse_bytes, parse_cpu_milli
-from common.exclusive import decide_exclusive
-
-AWARENESS_ANNOTATION = "topology.crane.io/topology-awareness"
-RESULT_ANNOTATION = "topology.crane.io/topology-result"
-POLICY_ANNOTATION = "topology.crane.io/cpu-policy"
 NRT_PATH = "/apis/topology.crane.io/v1alpha1/noderesourcetopologies"
 SINGLE_NUMA = "SingleNUMANodePodLevel"
 
@@ -100,14 +96,10 @@ class NumaRequest:
 def numa_request(pod: Mapping[str, Any]) -> NumaRequest | None:
     """What a pod needs from NUMA zones, or ``None`` when it takes no exclusive CPUs."""
     info = parse_pod(pod)
-    if info.cpu_policy == CPUPolicy.NONE.value or info.exclusive_cpus <= 0:
+    if info.cpu_policy == CPUPolicy.NONE.value or info.exclusive_cpus <= 0 or info.daemonset:
         return None
-    meta = pod.get("metadata") or {}
-    owners = meta.get("ownerReferences") or []
-    if any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners):
-        return None
-    annotations = meta.get("annotations") or {}
-    raw = annotations.get(AWARENESS_ANNOTATION)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(AWARENESS_KEY)
     aware = parse_go_bool(raw) if isinstance(raw, str) else None
     memory = 0
     for c in (pod.get("spec") or {}).get("containers") or []:
@@ -133,41 +125,16 @@ class ZoneUsage:
             self.pods.setdefault(zone, []).append(pod)
 
 
-def result_zones(text: Any) -> list[tuple[str, int, int]] | None:
-    """(zone, cpu milli, memory bytes) from a topology-result annotation; ``None`` when unreadable."""
-    if not isinstance(text, str):
-        return None
-    try:
-        doc = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(doc, list):
-        return None
-    out = []
-    for z in doc:
-        if not isinstance(z, Mapping) or not isinstance(z.get("name"), str):
-            return None
-        cap = (z.get("resources") or {}).get("capacity") or {}
-        try:
-            cpu = parse_cpu_milli(cap["cpu"]) if "cpu" in cap else 0
-            mem = parse_bytes(cap["memory"]) if "memory" in cap else 0
-        except (QuantityError, TypeError):
-            return None
-        out.append((z["name"], cpu, mem))
-    return out
-
-
 def exclusive_zones(
     pod: AgentPod,
-    memory: Mapping[str, int],
     topo: NodeTopology | None,
     allowed_schedulers: Collection[str],
     sealed: bool | None = None,
 ) -> list[tuple[str, int, int]] | None:
     """The zones a pod really holds exclusive CPUs in, by the agent's own rule (``common.exclusive``):
     Guaranteed, whole CPUs, a pinning policy, a trusted scheduler, a result that names zones the node's
-    NRT has and holds exactly the pod's CPUs. ``None`` when it holds none. ``memory`` is per zone from
-    the result (the agent ignores memory; the extender counts it when the policy is memory-aware)."""
+    NRT has and holds exactly the pod's CPUs. ``None`` when it holds none. Memory is per zone from the
+    same result (the agent ignores it; the extender counts it when the policy is memory-aware)."""
     requested = CPUPolicy.EXCLUSIVE
     with contextlib.suppress(ValueError):
         requested = CPUPolicy(pod.cpu_policy) if pod.cpu_policy is not None else CPUPolicy.EXCLUSIVE
@@ -186,7 +153,7 @@ def exclusive_zones(
     )
     if not d.pins or not d.zones:
         return None
-    return [(f"node{n}", cpus * 1000, memory.get(f"node{n}", 0)) for n, cpus in d.zones]
+    return [(f"node{n}", cpus * 1000, pod.topology_result_memory.get(n, 0)) for n, cpus in d.zones]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,15 +225,3 @@ def numa_score(f: Fit) -> int:
 def combine(load_score: int, numa: int, weight: float) -> int:
     """The prioritize score of a NUMA pod: ``round((1 - w) * load + w * numa)``, half up, in 0..10."""
     return min(10, max(0, math.floor((1 - weight) * load_score + weight * numa + 0.5)))
-
-
-def render_result(result: Iterable[tuple[str, int, int]]) -> str:
-    """The annotation exactly as crane writes it: ``[{"name":"node0","type":"Node","resources":
-    {"capacity":{"cpu":"4"}}}]``, with memory as memory when it is part of the result."""
-    zones = []
-    for name, cpus, mem in result:
-        capacity: dict[str, str] = {"cpu": str(cpus)}
-        if mem:
-            capacity["memory"] = format_quantity(mem, "BinarySI")
-        zones.append({"name": name, "type": "Node", "resources": {"capacity": capacity}})
-    return orjson.dumps(zones).decode()

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from app.bind import BindError, Undo
-from app.kube import ApiError, Kube
-from app.numa import RESULT_ANNOTATION, fit, numa_request, render_result
+from app.numa import fit, numa_request
 from app.policy_store import PolicyStore
 from app.wire import BindingArgs
+from common.kube import ApiError, Kube
 from common.seal import SEAL_ANNOTATION, seal
+from common.topology_annotations import TOPOLOGY_RESULT_ANNOTATION, render_topology_result
 
 
 class NumaPreBind:
@@ -54,8 +55,8 @@ class NumaPreBind:
             if not f.ok:
                 raise BindError(f"NUMA zones of {args.node} changed since filter: {f.reason}")
             self.cache.assume(uid, args.node, f.result)
-        text = render_result(f.result)
-        annotations = {RESULT_ANNOTATION: text}
+        text = render_topology_result(f.result)
+        annotations = {TOPOLOGY_RESULT_ANNOTATION: text}
         if self.result_key is not None:
             pod_uid = args.pod_uid or str((self.kube.get(path).get("metadata") or {}).get("uid") or "")
             annotations[SEAL_ANNOTATION] = seal(self.result_key, pod_uid, args.node, text)
@@ -68,7 +69,7 @@ class NumaPreBind:
 
         def undo() -> None:
             self.cache.forget_assumed(uid)
-            gone = {RESULT_ANNOTATION: None, SEAL_ANNOTATION: None}
+            gone = {TOPOLOGY_RESULT_ANNOTATION: None, SEAL_ANNOTATION: None}
             self.kube.merge_patch(path, {"metadata": {"annotations": gone}})
 
         return undo

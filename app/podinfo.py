@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.quantity import parse_bytes as memory_bytes
-from agent.quantity import parse_cpu_milli as cpu_milli
 from app.bad_request import BadRequest
+from common.podspec import is_daemonset_pod
+from common.quantity import parse_bytes as memory_bytes
+from common.quantity import parse_cpu_milli as cpu_milli
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,17 +95,13 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     spec = pod.get("spec") or {}
     if not isinstance(spec, Mapping):
         raise BadRequest("Pod.spec", "expected an object")
-    owners = meta.get("ownerReferences") or []
-    daemonset = isinstance(owners, list) and any(
-        isinstance(o, Mapping) and o.get("kind") == "DaemonSet" and o.get("controller", False) for o in owners
-    )
     app = _resources(spec.get("containers"), "Pod.spec.containers")
     init = _resources(spec.get("initContainers"), "Pod.spec.initContainers")
     return PodInfo(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
-        daemonset=daemonset,
+        daemonset=is_daemonset_pod(meta),
         cpu_request_milli=_effective(app, init, 0),
         cpu_limit_milli=_effective(app, init, 1),
         memory_request_bytes=_effective(app, init, 2),

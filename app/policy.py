@@ -9,7 +9,7 @@ skipped predicates without a sync period) is worse than one that refuses to star
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from agent.quantity import parse_quantity
 from app.annotations import EXTRA_ACTIVE_SECONDS
-from app.durations import parse_duration
+from common.durations import parse_duration
+from common.quantity import parse_quantity
 
 API_VERSION = "scheduler.policy.crane.io/v1alpha1"
 KIND = "DynamicSchedulerPolicy"
@@ -94,8 +94,9 @@ class Policy:
     """Metric name -> ``cpu`` | ``memory``, for estimation; defaults by name prefix."""
     topology: TopologySettings = field(default_factory=TopologySettings)
     scoring: str = "relative"
-    """``relative`` (rank the candidates by projected load after the pod, best 10, worst 0) or ``crane``
-    (crane's absolute ``(1 - u) * 100`` formula mapped to 0..10); see ``app.load``."""
+    """``relative`` (rank the candidates by projected load after the pod: the least loaded 10, the others
+    7 down to 0) or ``crane`` (crane's absolute ``(1 - u) * 100`` formula mapped to 0..10); see
+    ``app.load``."""
     source: str = "<memory>"
     document: Mapping[str, Any] = field(default_factory=dict)
     predicate_plan: tuple[tuple[str, float, float, str], ...] = field(init=False, repr=False, compare=False)
@@ -188,6 +189,16 @@ class _Checker:
             return []
         return value
 
+    def entries(self, value: Any, section: str, allowed: set[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Each entry of a list section as ``(path, mapping)``; entries that are not mappings and fields
+        not in ``allowed`` are reported."""
+        for i, item in enumerate(self.sequence(value, section)):
+            path = f"{section}[{i}]"
+            if (entry := self.mapping(item, path)) is None:
+                continue
+            self.unknown(entry, allowed, path)
+            yield path, entry
+
     def unknown(self, item: Mapping[str, Any], allowed: set[str], path: str) -> None:
         for key in item:
             if key not in allowed:
@@ -233,11 +244,7 @@ SYNC_POLICY_FIELDS = {"name", "period"}
 
 def _sync_policy(c: _Checker, value: Any) -> dict[str, float]:
     periods: dict[str, float] = {}
-    for i, item in enumerate(c.sequence(value, "spec.syncPolicy")):
-        path = f"spec.syncPolicy[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, SYNC_POLICY_FIELDS, path)
+    for path, item in c.entries(value, "spec.syncPolicy", SYNC_POLICY_FIELDS):
         name = c.name(item, path)
         period = c.duration(item.get("period"), f"{path}.period")
         if name is None or period is None:
@@ -253,11 +260,7 @@ PREDICATE_FIELDS = {"name", "maxLimitPecent", "maxLimitPercent"}
 
 def _predicates(c: _Checker, value: Any, periods: Mapping[str, float]) -> list[Predicate]:
     predicates: list[Predicate] = []
-    for i, item in enumerate(c.sequence(value, "spec.predicate")):
-        path = f"spec.predicate[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, PREDICATE_FIELDS, path)
+    for path, item in c.entries(value, "spec.predicate", PREDICATE_FIELDS):
         name = c.name(item, path)
         if "maxLimitPecent" in item and "maxLimitPercent" in item:
             c.fail(path, "set either maxLimitPecent (crane's spelling) or maxLimitPercent, not both")
@@ -280,11 +283,7 @@ PRIORITY_FIELDS = {"name", "weight"}
 
 def _priorities(c: _Checker, value: Any, periods: Mapping[str, float]) -> list[Priority]:
     priorities: list[Priority] = []
-    for i, item in enumerate(c.sequence(value, "spec.priority")):
-        path = f"spec.priority[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, PRIORITY_FIELDS, path)
+    for path, item in c.entries(value, "spec.priority", PRIORITY_FIELDS):
         name = c.name(item, path)
         weight = c.number(item.get("weight"), f"{path}.weight", 0.0, math.inf)
         _synced(c, name, periods, f"{path}.name")
@@ -303,11 +302,7 @@ HOT_VALUE_FIELDS = {"timeRange", "count"}
 
 def _hot_values(c: _Checker, value: Any) -> list[HotValueWindow]:
     hot: list[HotValueWindow] = []
-    for i, item in enumerate(c.sequence(value, "spec.hotValue")):
-        path = f"spec.hotValue[{i}]"
-        if (item := c.mapping(item, path)) is None:
-            continue
-        c.unknown(item, HOT_VALUE_FIELDS, path)
+    for path, item in c.entries(value, "spec.hotValue", HOT_VALUE_FIELDS):
         time_range = c.duration(item.get("timeRange"), f"{path}.timeRange")
         count = item.get("count")
         if isinstance(count, bool) or not isinstance(count, int) or count <= 0:

@@ -35,13 +35,15 @@ import heapq
 import logging
 import math
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import filterfalse
 
 import orjson
 
 from app.annotations import HOT_VALUE_VALID_SECONDS, fresh
-from app.estimation import Ledger
+from app.ledger import Ledger
 from app.load import MAX_EXTENDER_SCORE, Rejection, check_node, pod_slope, projected_load, score_node
 from app.nodestate import NodeLoad
 from app.policy import Policy
@@ -99,9 +101,7 @@ class Derived:
 
 def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
     """The node's standing verdict and score at ``now``, and until when they hold."""
-    estimates = ledger.on_node(load.name)  # read once: units, extra and the expiry below share it
-    units = ledger.units(load, now, estimates=estimates)
-    extra = ledger.extra(load, policy, now, units=units)
+    estimates, units, extra = ledger.standing(load, now)  # one read: the expiry below shares it
     blocked = check_node(load, policy, now, extra) is not None
     score = score_node(load, policy, now, extra).score
     projection = (projected_load(load, policy, now, extra), *pod_slope(load, policy, now))
@@ -195,7 +195,6 @@ class VerdictBoard:
         self.tight_memory: list[set[str]] = [set() for _ in MEMORY_TIERS]
         self._heap: list[tuple[float, str]] = []
         self.next_until = math.inf
-        self.recomputed = 0
         self.generation = 0
         """Counts node recomputations; a request compares it before and after to know none happened."""
         self._memos: dict[tuple[int, int, int], VerdictMemo] = {}
@@ -256,7 +255,6 @@ class VerdictBoard:
             # it): it stands as a node without information, like one whose annotations are missing.
             log.exception("verdict board: could not judge node %s; it counts as no information", name)
             d = derive(NodeLoad(name), self._policy(), self.ledger, now)
-        self.recomputed += 1
         self.derived[name] = d
         entry = self.scored.get(name)
         if entry is None or entry[0] != d.score:
@@ -337,3 +335,73 @@ class VerdictBoard:
             for name in due:
                 self._set(name, now)
             self.next_until = self._heap[0][0] if self._heap else math.inf
+
+
+def filter_names(
+    board: VerdictBoard,
+    names: list[str],
+    cpu: int,
+    mem: int,
+    now: float,
+    own: str | None,
+    exact_check: Callable[[str], Rejection | None],
+) -> tuple[list[str], dict[str, str], Counter[str]]:
+    """Names-mode filter from the board for a pod estimated at ``cpu`` millicores and ``mem`` bytes:
+    non-tight nodes pass at the cost of a set lookup, tight ones are judged from precomputed rooms, and
+    only ``own`` (the node holding the pod's own estimate), nodes the board lacks and float ties take
+    ``exact_check`` (``check_node`` with the pod's estimate). Same verdicts and reasons as ``check_node``
+    (tests compare). Returns the passing names in request order, the failed ones with their reasons,
+    and how many each metric rejected."""
+    board.refresh(now)
+    cpu_tier, mem_tier = tier(cpu, CPU_TIERS), tier(mem, MEMORY_TIERS)
+    small = cpu_tier is not None and mem_tier is not None
+    blocked = board.blocked
+    tight_cpu = board.tight_cpu[cpu_tier] if cpu_tier is not None else blocked
+    tight_mem = board.tight_memory[mem_tier] if mem_tier is not None else blocked
+    derived = board.derived
+    special: set[str] = set()
+    if own is not None:
+        special.add(own)
+    if len(names) > len(derived):
+        special.update(n for n in names if n not in derived)
+    # Nodes that need a look: over a limit, too tight for a pod this size, or special. One C-level
+    # union; everything else passes through a comprehension at a set lookup per node.
+    if small:
+        look = blocked | tight_cpu | tight_mem | special if special else blocked | tight_cpu | tight_mem
+        checked = look.intersection(names)
+    else:
+        checked = set(names)
+    # Verdicts already worked out this second for a pod of this size (the watch thread may drop
+    # entries meanwhile: read each once, and whatever is gone is worked out again).
+    memo = board.memo(cpu, mem, round(now))
+    generation = board.generation
+    entries = memo.failed
+    known = entries.keys() & checked
+    if special:
+        known -= special
+    hits = {name: e for name in known if (e := entries.get(name)) is not None}
+    failed = {name: e[0] for name, e in hits.items()}
+    rejected_by = Counter(e[1] for e in hits.values())
+    todo = checked - hits.keys()
+    todo -= memo.passed - special if special else memo.passed
+    new_failed: dict[str, tuple[str, str]] = {}
+    new_passed: set[str] = set()
+    for name in todo:
+        d = derived.get(name)
+        exact = d is None or name in special
+        verdict = UNSURE if exact else judge(d, cpu, mem, now)
+        if verdict is UNSURE:
+            verdict = exact_check(name)
+        if verdict is None:
+            if not exact:
+                new_passed.add(name)
+            continue
+        assert isinstance(verdict, Rejection)
+        failed[name] = verdict.reason
+        rejected_by[verdict.metric] += 1
+        if not exact:
+            new_failed[name] = (verdict.reason, verdict.metric)
+    if new_failed or new_passed:
+        board.record(memo, generation, new_failed, new_passed)
+    passing = list(filterfalse(failed.__contains__, names)) if failed else list(names)
+    return passing, failed, rejected_by

@@ -34,7 +34,8 @@ def _fold(doc: Any, what: str) -> dict[str, Any]:
     return {k.lower(): v for k, v in doc.items()}
 
 
-def _pod(folded: Mapping[str, Any]) -> dict[str, Any]:
+def require_pod(folded: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Pod`` of a request whose top-level keys are folded to lower case."""
     pod = folded.get("pod")
     if pod is None:
         raise BadRequest("Pod", "required: the pod being scheduled")
@@ -60,6 +61,22 @@ class ExtenderArgs:
         return list(self.node_names or [])
 
 
+def filter_result(
+    nodes: list[dict[str, Any]] | None = None,
+    names: list[str] | None = None,
+    failed: dict[str, str] | None = None,
+    error: str = "",
+) -> dict[str, Any]:
+    """An ExtenderFilterResult: the passing Node objects or names, the failed nodes with reasons."""
+    return {
+        "Nodes": {"metadata": {}, "items": nodes} if nodes is not None else None,
+        "NodeNames": names,
+        "FailedNodes": failed if failed is not None else {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": error,
+    }
+
+
 def node_name(node: Mapping[str, Any]) -> str:
     meta = node.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
@@ -69,7 +86,7 @@ def node_name(node: Mapping[str, Any]) -> str:
 def parse_extender_args(body: bytes, require_nodes: bool = True) -> ExtenderArgs:
     """Read ExtenderArgs (filter, prioritize). Raises ``BadRequest`` naming the field at fault."""
     folded = _fold(load_json(body), "ExtenderArgs")
-    pod = _pod(folded)
+    pod = require_pod(folded)
     nodes_obj = folded.get("nodes")
     nodes: list[dict[str, Any]] | None = None
     if nodes_obj is not None:

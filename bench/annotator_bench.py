@@ -36,8 +36,8 @@ from app.annotator.bindings import Binding, BindingRecords
 from app.annotator.controller import Annotator, KubeNodeWriter
 from app.annotator.prometheus import PrometheusClient, PrometheusConfig
 from app.annotator.sources import NodeIndex, PodBindings
-from app.kube import Kube
 from app.policy import load_policy
+from common.kube import Kube
 from tests.annotator.helpers import add_node, stamp
 from tests.annotator.prom import CountingProxy, PrometheusServer, Series
 from tests.conftest import POLICY_FILE

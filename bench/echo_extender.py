@@ -50,7 +50,7 @@ def _kube():
     if _KUBE is None:
         import os
 
-        from app.kube import Kube, load_api_client
+        from common.kube import Kube, load_api_client
 
         _KUBE = Kube(load_api_client(os.environ["ECHO_KUBECONFIG"]))
     return _KUBE

@@ -73,7 +73,7 @@ def ballast_cmd(port: int, policy: str, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "app.cli",
+        "ballast",
         "extender",
         "--host",
         "127.0.0.1",

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from agent.cpuset import CPUSet
 from agent.manager import CPUManager
-from agent.podspec import parse_pod
 from agent.runtime import MemoryRuntime
 from agent.topology import CPUTopology
+from common.podspec import parse_pod
 
 SCHEDULER = "ballast-scheduler"
 NODE = "bench-node"

@@ -4,7 +4,7 @@ The agent pins CPUs by this rule and the extender counts a pod against a NUMA zo
 never disagree about what a zone has free. A pod pins CPUs only when it is Guaranteed, asks for at least
 one whole CPU and its policy is ``exclusive`` or ``immovable``; its topology result is honoured only when
 its scheduler is trusted, the result is well formed, names NUMA zones the node has and holds exactly the
-pod's exclusive CPUs. Pure: callers parse the pod (``agent.podspec``) and pass what it says.
+pod's exclusive CPUs. Pure: callers parse the pod (``common.podspec``) and pass what it says.
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def decide_exclusive(
     sealed: bool | None = None,
 ) -> ExclusiveDecision:
     """How a pod holds CPUs and in which zones. ``requested`` is the pod's cpu-policy with the default
-    already applied; ``result``/``result_error`` come from ``agent.podspec.parse_topology_result``.
-    ``sealed``: whether the result's seal verifies (``common.seal``), ``None`` when no key is configured."""
+    already applied; ``result``/``result_error`` come from ``parse_topology_result``
+    (``common.topology_annotations``). ``sealed``: whether the result's seal verifies (``common.seal``),
+    ``None`` when no key is configured."""
     n = exclusive_cpus
     if not guaranteed:
         return ExclusiveDecision(CPUPolicy.NONE, 0, None, note=f"QoS class {qos}: shared pool")

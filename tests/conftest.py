@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -28,6 +29,30 @@ def wait_for(
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def under_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def missing_part(reason: str) -> NoReturn:
+    """A real part this test needs (a server, a binary, a browser) is missing: skip with the reason on a
+    user's machine, fail under ``CI=true``, where ``.ci/run`` installs every part and a skip would hide
+    a test that never ran."""
+    if under_ci():
+        pytest.fail(f"{reason} (CI=true: this test must run, not skip)")
+    pytest.skip(reason)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Under ``CI=true`` any skip is a failure, whoever skipped (a marker, a library, a new test that
+    forgot ``missing_part``): CI promises that every test ran."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and under_ci() and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true: {report.longrepr}"
 
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kube-scheduler"

@@ -28,9 +28,9 @@ from urllib.parse import quote
 from fastapi.testclient import TestClient
 
 from app.annotations import format_timestamp
-from app.kube import Kube
 from app.main import create_app
 from app.policy import load_policy
+from common.kube import Kube
 from tests.conftest import CAPTURE_TIME, FIXTURES, POLICY_FILE, read_fixture
 
 METRICS = (

@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.annotations import MAX_FUTURE_SECONDS, format_load, read_sample
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.metrics import ExtenderMetrics
 from app.nodestate import parse_node
 from app.policy import Policy, load_policy
+from common.kube import Kube, load_api_client
 from tests.conftest import CAPTURE_TIME, POLICY_FILE, read_fixture, wait_for
 from tests.fuzz_nodes import METRICS, STAMPS, VALUES, Harness, base_nodes
 from tests.fuzz_nodes import run as fuzz

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import build_parser, main
+from ballast.cli import build_parser, main
 from tests.conftest import POLICY_FILE
 
 
@@ -44,7 +44,7 @@ def test_bad_policy_exits_non_zero_with_field_path(tmp_path: Path, capsys) -> No
 
 def test_console_script_runs() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "app.cli", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "ballast", "--help"], capture_output=True, text=True, check=True
     )
     assert "extender" in r.stdout
 
@@ -75,7 +75,7 @@ def test_extender_duration_defaults_are_seconds() -> None:
 @pytest.mark.parametrize("command", ["extender", "annotator", "agent"])
 def test_help_shows_each_default_once_and_no_none(command: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli", command, "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "ballast", command, "--help"], capture_output=True, text=True, check=True
     ).stdout
     flat = " ".join(out.split())
     assert "(default: None)" not in flat
@@ -84,7 +84,7 @@ def test_help_shows_each_default_once_and_no_none(command: str) -> None:
 
 def test_agent_usage_shows_it_runs_without_a_command() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "agent", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "ballast", "agent", "--help"], capture_output=True, text=True, check=True
     ).stdout
     first = out.splitlines()[0]
     assert first.startswith("usage: ballast agent [OPTIONS]") and "topology" not in first, out
@@ -97,7 +97,7 @@ def test_listening_is_logged_after_the_port_is_bound() -> None:
     import time
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "extender", "--policy", str(POLICY_FILE), "--port", "0"],
+        [sys.executable, "-m", "ballast", "extender", "--policy", str(POLICY_FILE), "--port", "0"],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -123,7 +123,7 @@ def test_port_in_use_never_says_listening() -> None:
         busy.listen()
         port = busy.getsockname()[1]
         r = subprocess.run(
-            [sys.executable, "-m", "app.cli", "extender", "--policy", str(POLICY_FILE), "--port", str(port)],
+            [sys.executable, "-m", "ballast", "extender", "--policy", str(POLICY_FILE), "--port", str(port)],
             capture_output=True,
             text=True,
             timeout=60,

@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.annotations import format_load
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.policy import load_policy
-from tests.conftest import CAPTURE_TIME, FIXTURES, POLICY_FILE, read_fixture
+from common.kube import Kube, load_api_client
+from tests.conftest import CAPTURE_TIME, FIXTURES, POLICY_FILE, read_fixture, wait_for
 
 HOT = "ip-10-0-42-182.us-west-2.compute.internal"
 IDLE = "ip-10-0-40-140.us-west-2.compute.internal"
@@ -37,15 +37,6 @@ def clean(obj: dict) -> dict:
         obj["metadata"].pop(k, None)
     obj.setdefault("apiVersion", "v1")
     return obj
-
-
-def wait_until(cond, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
 
 
 class Clock:
@@ -150,20 +141,20 @@ def test_cache_follows_watch_drops_and_410(cluster, fake_kube, clock: Clock) -> 
 
     assert fake_kube.wait_for_watches(2)
     set_cpu("0.11111")
-    assert wait_until(lambda: cpu() == 0.11111)
+    wait_for(lambda: cpu() == 0.11111)
     fake_kube.drop_watches()
     set_cpu("0.22222")  # written while the watch was down: the reconnect resumes from the last RV
-    assert wait_until(lambda: cpu() == 0.22222)
+    wait_for(lambda: cpu() == 0.22222)
     reflector = cache.reflectors[0]
     assert fake_kube.wait_for_watches(2)
     fake_kube.delay_next("GET", r"^/api/v1/nodes$", 1.0, watch=True)  # hold the reconnect back
     fake_kube.drop_watches("nodes")
     set_cpu("0.33333")  # missed by the watch ...
     fake_kube.compact()  # ... and gone from history: resuming gets 410 Gone and must relist
-    assert wait_until(lambda: cpu() == 0.33333)
-    assert wait_until(lambda: reflector.stats.expired >= 1 and reflector.stats.lists >= 2)
+    wait_for(lambda: cpu() == 0.33333)
+    wait_for(lambda: reflector.stats.expired >= 1 and reflector.stats.lists >= 2)
     fake_kube.delete("nodes", IDLE)
-    assert wait_until(lambda: cache.node(IDLE) is None)
+    wait_for(lambda: cache.node(IDLE) is None)
     assert client.get(f"/nodes/{IDLE}").status_code == 404
 
 
@@ -258,7 +249,7 @@ def test_estimation_rises_after_binds_and_drops_with_newer_annotation_or_delete(
             }
         },
     )
-    assert wait_until(lambda: len(client.get(f"/nodes/{IDLE}").json()["estimation"]["pods"]) == 1)
+    wait_for(lambda: len(client.get(f"/nodes/{IDLE}").json()["estimation"]["pods"]) == 1)
     view = client.get(f"/nodes/{IDLE}").json()
     cpu5m = next(m for m in view["metrics"] if m["metric"] == "cpu_usage_avg_5m")
     # 2 CPUs x 0.85 = 1700m on 3920m allocatable, plus the plain pod's 250m default
@@ -267,13 +258,13 @@ def test_estimation_rises_after_binds_and_drops_with_newer_annotation_or_delete(
     newer = format_load(0.5, CAPTURE_TIME + 60)
     clock.now = CAPTURE_TIME + 61
     fake_kube.patch("nodes", IDLE, {"metadata": {"annotations": {"cpu_usage_avg_5m": newer}}})
-    assert wait_until(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.5)
+    wait_for(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.5)
     view = client.get(f"/nodes/{IDLE}").json()
     cpu5m = next(m for m in view["metrics"] if m["metric"] == "cpu_usage_avg_5m")
     assert cpu5m["estimatedExtra"] == pytest.approx(250 / 3920, abs=1e-5)  # only the plain pod's own
     assert view["estimation"]["pods"]  # still counted for the older 1h metric
     fake_kube.delete("pods", "batch-1", namespace="shop")
-    assert wait_until(lambda: client.get(f"/nodes/{IDLE}").json()["estimation"]["pods"] == [])
+    wait_for(lambda: client.get(f"/nodes/{IDLE}").json()["estimation"]["pods"] == [])
 
 
 @pytest.mark.parametrize("with_prioritize", [False, True])
@@ -283,7 +274,7 @@ def test_burst_never_pushes_a_node_over_its_limit(cluster, fake_kube, with_prior
     cache = app.state.services.cache
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CAPTURE_TIME - 30))
     fake_kube.patch("nodes", IDLE, {"metadata": {"annotations": {"cpu_usage_avg_5m": f"0.60000,{stamp}"}}})
-    assert wait_until(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.6)
+    wait_for(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.6)
     other = "ip-10-0-26-126.us-west-2.compute.internal"  # stale annotations: scores 0, never favoured
     accepted = []
     for i in range(20):
@@ -308,7 +299,7 @@ def test_burst_of_20_rejected_once_estimates_cross_the_limit_after_binds(cluster
     cache = app.state.services.cache
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CAPTURE_TIME - 30))
     fake_kube.patch("nodes", IDLE, {"metadata": {"annotations": {"cpu_usage_avg_5m": f"0.55000,{stamp}"}}})
-    assert wait_until(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.55)
+    wait_for(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.55)
     results = []
     for i in range(20):
         created = fake_kube.add(pod_obj(f"b-{i}", cpu="200m"))
@@ -410,7 +401,7 @@ def test_binds_that_raced_past_filter_are_refused_once_the_node_is_full(cluster,
     cache = app.state.services.cache
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CAPTURE_TIME - 30))
     fake_kube.patch("nodes", IDLE, {"metadata": {"annotations": {"cpu_usage_avg_5m": f"0.60000,{stamp}"}}})
-    assert wait_until(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.6)
+    wait_for(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.6)
     second = "ip-10-0-77-36.us-west-2.compute.internal"
     uids = {}
     for i in range(4):
@@ -439,7 +430,7 @@ def test_bind_check_sizes_a_pod_filter_never_saw_from_the_api(cluster, fake_kube
     cache = app.state.services.cache
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CAPTURE_TIME - 30))
     fake_kube.patch("nodes", IDLE, {"metadata": {"annotations": {"cpu_usage_avg_5m": f"0.60000,{stamp}"}}})
-    assert wait_until(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.6)
+    wait_for(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.6)
     big = fake_kube.add(pod_obj("big", cpu="2"))
     err = _bind(client, "big", big["metadata"]["uid"], IDLE)
     assert "no room left" in err and "cpu_usage_avg_5m" in err, err
@@ -456,7 +447,7 @@ def test_a_failed_binding_gives_the_room_back(cluster, fake_kube) -> None:
     cache = app.state.services.cache
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CAPTURE_TIME - 30))
     fake_kube.patch("nodes", IDLE, {"metadata": {"annotations": {"cpu_usage_avg_5m": f"0.60000,{stamp}"}}})
-    assert wait_until(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.6)
+    wait_for(lambda: cache.node(IDLE).samples["cpu_usage_avg_5m"].value == 0.6)
     pods = [fake_kube.add(pod_obj(f"f-{i}", cpu="100m")) for i in range(3)]
     fake_kube.fail_next("POST", r"/binding$", 500, message="etcdserver: request timed out")
     assert "etcdserver" in _bind(client, "f-0", pods[0]["metadata"]["uid"], IDLE)

@@ -11,7 +11,6 @@ showing the validator can fail), and the image's build steps are replayed as far
 from __future__ import annotations
 
 import copy
-import os
 import re
 import shlex
 import shutil
@@ -25,10 +24,12 @@ from typing import Any
 import pytest
 import yaml
 
-from app import __version__, cli
+from app import __version__
 from app.main import create_app
 from app.policy import load_policy
+from ballast import cli
 from tests.cluster.controlplane import KUBE_VERSION, MissingPiece, kubectl_path
+from tests.conftest import missing_part, under_ci
 from tests.deploy_rbac import (
     BUILD_TOOLS,
     DEPLOY,
@@ -279,7 +280,7 @@ def test_the_scheduler_deployment() -> None:
     config = yaml.safe_load(get(DOCS, "ConfigMap", volume["configMap"]["name"])["data"][config_path.name])
     (ext,) = config["extenders"]
     assert ext["urlPrefix"] == f"http://{args.host}:{args.port}"
-    from app.durations import parse_duration
+    from common.durations import parse_duration
 
     assert args.api_timeout < parse_duration(ext["httpTimeout"])
     assert config["profiles"] == [{"schedulerName": "ballast-scheduler"}]
@@ -385,12 +386,9 @@ def kubectl() -> str:
         return str(kubectl_path())
     except MissingPiece as exc:
         found = shutil.which("kubectl")
-        if found and os.environ.get("CI", "").lower() != "true":
+        if found and not under_ci():
             return found
-        reason = f"kubectl {KUBE_VERSION} (with its built-in kustomize) is not available: {exc}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason} (CI=true: this test must run, not skip)")
-        pytest.skip(reason)
+        missing_part(f"kubectl {KUBE_VERSION} (with its built-in kustomize) is not available: {exc}")
 
 
 def test_kubectl_kustomize_renders_exactly_the_manifests() -> None:
@@ -644,7 +642,11 @@ def copy_sources() -> list[tuple[int, str]]:
 
 
 def test_dockerfile_stages_and_base_image() -> None:
-    assert [s.image for s in STAGES] == ["python:3.11-slim-bookworm"] * 2
+    images = [s.image for s in STAGES]
+    assert len(images) == 2 and images[0] == images[1], "build and run on the same base"
+    name, _, digest = images[0].partition("@")
+    assert name == "python:3.11-slim-bookworm"
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), "base pinned by digest, not tag alone"
     assert STAGES[0].name == "build" and STAGES[-1].name == ""
     final = STAGES[-1]
     for ins in final.all("COPY"):
@@ -721,7 +723,13 @@ def test_dockerignore_keeps_local_state_out() -> None:
         "Dockerfile",
     ):
         assert IGNORE.excluded(path), path
-    for path in ("app/cli.py", "agent/cri/api.proto", "scheduler_config/policy.yaml", "setup.py"):
+    for path in (
+        "app/cli.py",
+        "ballast/cli.py",
+        "agent/cri/api.proto",
+        "scheduler_config/policy.yaml",
+        "setup.py",
+    ):
         assert not IGNORE.excluded(path), path
 
 
@@ -802,8 +810,8 @@ def test_the_image_wheel_carries_the_cri_stubs_and_the_entry_point(wheel: Path, 
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         entry = next(n for n in names if n.endswith("entry_points.txt"))
-        assert "ballast = app.cli:main" in z.read(entry).decode()
-        assert {"agent/cri/api_pb2.py", "agent/cri/api_pb2_grpc.py", "app/cli.py"} <= names
+        assert "ballast = ballast.cli:main" in z.read(entry).decode()
+        assert {"agent/cri/api_pb2.py", "agent/cri/api_pb2_grpc.py", "app/cli.py", "ballast/cli.py"} <= names
         z.extractall(tmp_path / "site")
     # The generated stubs import with the locked grpcio/protobuf (the venv's): they check the versions.
     code = (

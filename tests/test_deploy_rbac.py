@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.nrt import AWARENESS_LABEL
-from app import cli
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.policy import load_policy
+from ballast import cli
+from common.kube import Kube, load_api_client
+from common.topology_annotations import AWARENESS_KEY
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.annotator.helpers import StubPrometheus, bind_pod, constant_prometheus
 from tests.conftest import wait_for
@@ -411,7 +411,7 @@ def test_agent_rbac_is_exactly_what_the_agent_calls(
         if nrt is None or not fake_kube.find_requests("GET", "^/api/v1/pods$", watch=True):
             return False
         if not state.get("relabelled"):
-            fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_LABEL: "false"}}})
+            fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_KEY: "false"}}})
             state["relabelled"] = True
             return False
         return bool(fake_kube.find_requests("PATCH", f"noderesourcetopologies/{NODE}$"))

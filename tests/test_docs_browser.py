@@ -8,7 +8,6 @@ browser makes is checked to stay on the extender.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import tempfile
@@ -22,7 +21,7 @@ import uvicorn
 
 from app.main import create_app
 from app.policy import load_policy
-from tests.conftest import POLICY_FILE, wait_for
+from tests.conftest import POLICY_FILE, missing_part, wait_for
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -31,10 +30,7 @@ CHROMEDRIVER = shutil.which("chromedriver")
 def _need_browser() -> None:
     if CHROMIUM and CHROMEDRIVER:
         return
-    why = "Debian packages chromium and chromium-driver are not installed"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{why} (.ci/run installs them)")
-    pytest.skip(why)
+    missing_part("Debian packages chromium and chromium-driver are not installed (.ci/run installs them)")
 
 
 @pytest.fixture

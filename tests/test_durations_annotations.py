@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from app.annotations import format_hot_value, format_load, parse_sample, parse_timestamp
-from app.durations import format_duration, parse_duration
+from common.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,12 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.nodestate import NodeLoad
 from app.numa_bind import MISSING
 from app.policy import load_policy
 from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
+from common.kube import Kube, load_api_client
 from tests.conftest import CAPTURE_TIME, POLICY_FILE, fixture_files, read_fixture
 from tests.test_cluster import clean, fixture_nodes
 
@@ -156,11 +156,11 @@ def test_explain_writes_nothing_to_the_cluster_cache(cached: TestClient) -> None
     body["NodeNames"] = [n for n in body["NodeNames"] if n.startswith("ip-10-0-40-140")]
     uid = body["Pod"]["metadata"]["uid"]
     assert cached.post("/explain", json=body).status_code == 200
-    assert ext.ledger.known(uid) is None and ext.numa_seen(uid) is MISSING
+    assert ext.ledger.known(uid) is None and ext.numa.seen(uid) is MISSING
     cached.post("/filter", json=body)
     assert ext.ledger.known(uid) is not None  # the verbs do write
     # what filter learns about the pod's NUMA need is only worked out once some node pins CPUs
-    assert ext.numa_seen(uid) is MISSING and not ext.source.pins_cpus()
+    assert ext.numa.seen(uid) is MISSING and not ext.source.pins_cpus()
 
 
 class Clock:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.podspec import parse_pod
-from app.kube import Kube, load_api_client
 from app.main import create_app
 from app.numa import (
     NumaRequest,
@@ -21,11 +18,13 @@ from app.numa import (
     numa_request,
     numa_score,
     parse_nrt,
-    render_result,
 )
 from app.numa_bind import MISSING
 from app.policy import load_policy
-from tests.conftest import POLICY_FILE, read_fixture
+from common.kube import Kube, load_api_client
+from common.podspec import parse_pod
+from common.topology_annotations import render_topology_result
+from tests.conftest import POLICY_FILE, read_fixture, wait_for
 from tests.fakekube import make_nrt
 
 KAFKA = read_fixture("node-names/05-filter-guaranteed-exclusive-cpu-kafka-broker.json")["Pod"]
@@ -102,10 +101,10 @@ def test_memory_aware_fit_and_render() -> None:
     assert not fit(topo, ZoneUsage(), req, memory_aware=True).ok
     assert fit(topo, ZoneUsage(), req, memory_aware=False).ok
     f = fit(topo, ZoneUsage(), NumaRequest(2, 8 << 30, None, "exclusive"), memory_aware=True)
-    text = render_result(f.result)
+    text = render_topology_result(f.result)
     # memory written as memory (crane wrote the CPU value there)
     assert text == '[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"2","memory":"8Gi"}}}]'
-    assert render_result((("node1", 4, 0),)) == (
+    assert render_topology_result((("node1", 4, 0),)) == (
         '[{"name":"node1","type":"Node","resources":{"capacity":{"cpu":"4"}}}]'
     )
 
@@ -154,22 +153,14 @@ def bound(fake_kube, name: str, node_: str, result: str, cpu: int, policy: str |
     fake_kube.add(pod)
 
 
-def wait_until(cond, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
-
-
 def test_filter_reasons_awareness_and_unmanaged_nodes(numa, fake_kube) -> None:
     client, app = numa
     cache = app.state.services.cache
-    bound(fake_kube, "a", N1, render_result((("node0", 5, 0),)), 5)
-    bound(fake_kube, "b", N1, render_result((("node1", 6, 0),)), 6)
-    bound(fake_kube, "c", N1, render_result((("node1", 2, 0),)), 2, policy="numa")  # numa pods take nothing
-    assert wait_until(lambda: len(cache.pods_on(N1)) == 3)
+    bound(fake_kube, "a", N1, render_topology_result((("node0", 5, 0),)), 5)
+    bound(fake_kube, "b", N1, render_topology_result((("node1", 6, 0),)), 6)
+    # numa pods take nothing
+    bound(fake_kube, "c", N1, render_topology_result((("node1", 2, 0),)), 2, policy="numa")
+    wait_for(lambda: len(cache.pods_on(N1)) == 3)
     names = [N1, N2, N3, N4]
     out = client.post("/filter", json={"Pod": guaranteed("p", 4), "NodeNames": names}).json()
     assert out["FailedNodes"] == {N1: "no single NUMA zone fits cpu 4: node0 free 3, node1 free 2"}
@@ -226,9 +217,7 @@ def test_bind_writes_annotation_then_binding_and_agent_reads_it(numa, fake_kube)
     assert agent_view.exclusive_cpus == 4 and stored["spec"]["nodeName"] == N1
     # the assumption counts at once, then the pod's own annotation replaces it
     cache = app.state.services.cache
-    assert wait_until(
-        lambda: uid not in cache.assumed and cache.zone_usage(N1).cpu_milli.get("node0") == 4000
-    )
+    wait_for(lambda: uid not in cache.assumed and cache.zone_usage(N1).cpu_milli.get("node0") == 4000)
 
 
 def test_binding_failure_rolls_the_annotation_back(numa, fake_kube) -> None:
@@ -293,8 +282,8 @@ def test_assumptions_expire(numa, fake_kube) -> None:
 
 def test_why_endpoints_show_zones_and_choice(numa, fake_kube) -> None:
     client, app = numa
-    bound(fake_kube, "a", N1, render_result((("node0", 5, 0),)), 5)
-    assert wait_until(lambda: len(app.state.services.cache.pods_on(N1)) == 1)
+    bound(fake_kube, "a", N1, render_topology_result((("node0", 5, 0),)), 5)
+    wait_for(lambda: len(app.state.services.cache.pods_on(N1)) == 1)
     view = client.get(f"/nodes/{N1}").json()["numa"]
     assert view["cpuManagerPolicy"] == "Static"
     z0 = view["zones"][0]
@@ -319,14 +308,14 @@ def test_numa_work_follows_whether_any_node_pins_cpus(numa, fake_kube) -> None:
     assert cache.pins_cpus()  # N1 and N2 are static with zones (N3's kubelet manages its CPUs)
     fake_kube.delete("noderesourcetopologies", N1)
     fake_kube.delete("noderesourcetopologies", N2)
-    assert wait_until(lambda: not cache.pins_cpus())
+    wait_for(lambda: not cache.pins_cpus())
     first = fake_kube.add(guaranteed("early", 4))
     client.post("/filter", json={"Pod": fake_kube.get("pods", "early", namespace="shop"), "NodeNames": [N1]})
-    assert ext.numa_seen(first["metadata"]["uid"]) is MISSING
+    assert ext.numa.seen(first["metadata"]["uid"]) is MISSING
     fake_kube.add(make_nrt(N1, zones=zones(8, 8)))
-    assert wait_until(cache.pins_cpus)
+    wait_for(cache.pins_cpus)
     late = fake_kube.add(guaranteed("late", 20))  # more than any zone of N1 holds
     pod = fake_kube.get("pods", "late", namespace="shop")
     out = client.post("/filter", json={"Pod": pod, "NodeNames": [N1]}).json()
-    assert ext.numa_seen(late["metadata"]["uid"]) is not MISSING
+    assert ext.numa.seen(late["metadata"]["uid"]) is not MISSING
     assert N1 in out["FailedNodes"], out

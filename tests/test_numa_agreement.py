@@ -8,14 +8,17 @@ Guaranteed pods there, while the agent ignored that pod. Both now decide through
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.cpuset import CPUSet
-from agent.podspec import parse_pod
 from agent.policy import StaticPolicy
 from app.cache import pod_record
-from app.numa import exclusive_zones, parse_nrt
+from app.numa import exclusive_zones, numa_request, parse_nrt
+from app.podinfo import pod_info
+from common.podspec import parse_pod
+from common.topology_annotations import parse_topology_result, render_topology_result
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
 from tests.conftest import wait_for
 from tests.fakekube import make_nrt
@@ -69,11 +72,14 @@ resources = st.fixed_dictionaries(
         "limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantity | st.just("1Gi")),
     },
 )
+memory = st.sampled_from(["1Gi", "512Mi", "x", "-1", "0.5"])
 zone_entry = st.fixed_dictionaries(
     {
         "name": st.sampled_from(["node0", "node1", "node2", "nodeX", "node00"]),
         "type": st.sampled_from(["Node", "Socket"]),
-        "resources": st.fixed_dictionaries({"capacity": st.fixed_dictionaries({"cpu": quantity})}),
+        "resources": st.fixed_dictionaries(
+            {"capacity": st.fixed_dictionaries({"cpu": quantity}, optional={"memory": memory})}
+        ),
     }
 )
 result_text = st.one_of(
@@ -126,7 +132,7 @@ def test_extender_and_agent_agree_on_exclusive_zones(pod: dict) -> None:
     )
     record = pod_record(pod)
     assert record is not None and record.spec is not None
-    got = exclusive_zones(record.spec, record.result_memory, NRT, frozenset([TRUSTED]))
+    got = exclusive_zones(record.spec, NRT, frozenset([TRUSTED]))
     extender_zones = sorted((z, cpu) for z, cpu, _mem in got) if got is not None else None
     assert extender_zones == agent_zones
 
@@ -137,6 +143,53 @@ def test_the_generator_reaches_both_verdicts() -> None:
     pod["metadata"]["annotations"][RESULT] = orjson.dumps(
         [{"name": "node1", "type": "Node", "resources": {"capacity": {"cpu": "4"}}}]
     ).decode()
-    held = exclusive_zones(parse_pod(pod), {}, NRT, {TRUSTED})
-    forged_pod = exclusive_zones(parse_pod(forged("f")), {}, NRT, {TRUSTED})
+    held = exclusive_zones(parse_pod(pod), NRT, {TRUSTED})
+    forged_pod = exclusive_zones(parse_pod(forged("f")), NRT, {TRUSTED})
     assert held == [("node1", 4000, 0)] and forged_pod is None
+
+
+# -- one parser and renderer, one DaemonSet rule -------------------------------------------------------
+
+rendered = st.lists(
+    st.tuples(st.integers(0, 7), st.integers(1, 64), st.sampled_from([0, 2**20, 2**30, 3 * 2**30, 1000])),
+    min_size=1,
+    max_size=4,
+    unique_by=lambda z: z[0],
+)
+
+
+@given(zones_=rendered)
+def test_what_bind_writes_the_agent_reads_back(zones_: list[tuple[int, int, int]]) -> None:
+    """Every result the extender's bind renders parses, with the same CPUs and memory per zone."""
+    parsed = parse_topology_result(render_topology_result((f"node{n}", c, m) for n, c, m in zones_))
+    assert parsed.cpus == tuple(sorted((n, c) for n, c, _ in zones_))
+    assert parsed.memory == {n: m for n, _, m in zones_ if m}
+
+
+def test_the_extender_counts_the_memory_of_the_result_the_agent_honours() -> None:
+    pod = guaranteed("g", 4)
+    pod["metadata"]["annotations"][RESULT] = render_topology_result((("node1", 4, 2**30),))
+    assert exclusive_zones(parse_pod(pod), NRT, {TRUSTED}) == [("node1", 4000, 2**30)]
+    pod["metadata"]["annotations"][RESULT] = orjson.dumps(
+        [{"name": "node1", "type": "Node", "resources": {"capacity": {"cpu": "4", "memory": "lots"}}}]
+    ).decode()
+    assert AGENT.decide(parse_pod(pod)).zones is None
+    assert exclusive_zones(parse_pod(pod), NRT, {TRUSTED}) is None
+
+
+@pytest.mark.parametrize(
+    ("owner", "daemonset"),
+    [
+        ({"kind": "DaemonSet", "name": "d", "controller": True}, True),
+        ({"kind": "DaemonSet", "name": "d"}, False),  # an owner, not the controller
+        ({"kind": "DaemonSet", "name": "d", "controller": False}, False),
+        ({"kind": "ReplicaSet", "name": "r", "controller": True}, False),
+    ],
+)
+def test_one_daemonset_rule_for_estimates_and_numa(owner: dict, daemonset: bool) -> None:
+    """A pod is a DaemonSet pod by its controller ownerReference, for the load estimate and NUMA alike."""
+    pod = guaranteed("g", 4)
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "uid": "o1", **owner}]
+    assert pod_info(pod).daemonset is daemonset
+    assert parse_pod(pod).daemonset is daemonset
+    assert (numa_request(pod) is None) is daemonset

@@ -14,14 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from agent.cpuset import CPUSet
-from agent.podspec import parse_pod
 from agent.policy import StaticPolicy
-from app.cli import main as ballast_main
-from app.kube import Kube, load_api_client
 from app.main import create_app
-from app.numa import render_result
 from app.policy import load_policy
+from ballast.cli import main as ballast_main
+from common.kube import Kube, load_api_client
+from common.podspec import parse_pod
 from common.seal import SEAL_ANNOTATION, SealKeyError, load_key, seal, verify
+from common.topology_annotations import render_topology_result
 from tests.agent.cri_fake import SCHEDULER, container, pod
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
 from tests.conftest import POLICY_FILE, wait_for
@@ -125,7 +125,9 @@ def test_bind_seals_the_result_and_the_agent_accepts_it(sealed, fake_kube) -> No
 def test_with_a_key_a_forged_result_takes_nothing_from_a_zone(sealed, fake_kube) -> None:
     _, app = sealed
     p = guaranteed("forger", 4)
-    p["metadata"]["annotations"]["topology.crane.io/topology-result"] = render_result((("node0", 4, 0),))
+    p["metadata"]["annotations"]["topology.crane.io/topology-result"] = render_topology_result(
+        (("node0", 4, 0),)
+    )
     p["spec"]["nodeName"] = N1
     p["status"] = {"phase": "Running"}
     fake_kube.add(p)

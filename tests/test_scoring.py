@@ -1,5 +1,6 @@
-"""Relative scoring (the default): candidates ranked by projected load after the pod, best 10, worst 0;
-``spec.scoring: crane`` keeps crane's absolute formula. And a burst through it spreads like water."""
+"""Relative scoring (the default): candidates ranked by projected load after the pod, the least loaded 10
+alone, the others 7 down to 0 for the most loaded; ``spec.scoring: crane`` keeps crane's absolute formula.
+And a burst through it spreads like water, also under kube-scheduler's own scores and asynchronous binds."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.annotations import format_hot_value, format_load
-from app.estimation import Ledger
 from app.explain import explain
 from app.extender import Extender
-from app.load import projected_load, relative_scores
+from app.ledger import Ledger
+from app.load import RUNNER_UP, projected_load, relative_scores
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
 from app.podinfo import pod_info
@@ -66,8 +67,11 @@ def scores(ext: Extender, names: list[str], i: int = 0) -> dict[str, int]:
 # -- the pure ranking -------------------------------------------------------------------------------
 
 
-def test_relative_scores_best_ten_worst_zero_linear_between() -> None:
-    assert relative_scores([0.30, 0.33, 0.36, 0.345]) == [10, 5, 0, 3]  # 2.5 rounds half up
+def test_relative_scores_best_ten_alone_the_others_seven_down_to_zero() -> None:
+    # 0.32: 7 * (0.44 - 0.32) / 0.14 = 6; 0.37: 7 * 0.07 / 0.14 = 3.5 rounds half up
+    assert relative_scores([0.30, 0.32, 0.44, 0.37]) == [10, 6, 0, 4]
+    assert relative_scores([0.30, 0.3000001, 0.5]) == [10, 7, 0]  # just above the least: three levels below
+    assert relative_scores([0.30, 0.30 + 1e-12, 0.5]) == [10, 10, 0]  # float noise is a tie
     assert relative_scores([0.5, None, 0.2]) == [0, 0, 10]  # no information scores 0
     assert relative_scores([0.4, 0.4, 0.4]) == [10, 10, 10]  # all equal: all best
     assert relative_scores([None, None]) == [0, 0]
@@ -85,8 +89,14 @@ def test_relative_scores_properties(loads) -> None:
     assert all(s == 0 for x, s in zip(loads, out, strict=True) if x is None)
     if known:
         assert max(s for _, s in known) == 10  # the least loaded candidate is always best
-        if max(x for x, _ in known) - min(x for x, _ in known) > 1e-6:
+        best = min(x for x, _ in known)
+        if max(x for x, _ in known) - best > 1e-6:
             assert min(s for _, s in known) == 0  # the most loaded is worst when loads differ
+        for x, s in known:  # the least loaded leads every other candidate by three levels
+            if x > best + 1e-6:
+                assert s <= RUNNER_UP
+            if x == best:
+                assert s == 10
     for x, s in known:  # monotonic: less load never scores lower; equal loads score equally
         for y, t in known:
             if x <= y:
@@ -97,9 +107,10 @@ def test_relative_scores_properties(loads) -> None:
 
 
 def test_default_ranks_close_loads_apart_where_crane_ties() -> None:
-    loads = {n: make_node(n, u) for n, u in (("a", 0.30), ("b", 0.33), ("c", 0.36))}
-    # crane: (1 - u) * 100 -> 70, 67, 64 -> 7, 7, 6: a burst sees a and b as equal
+    loads = {n: make_node(n, u) for n, u in (("a", 0.30), ("b", 0.32), ("c", 0.36))}
+    # crane: (1 - u) * 100 -> 70, 68, 64 -> 7, 7, 6: a burst sees a and b as equal
     assert scores(extender(loads, CRANE), ["a", "b", "c"]) == {"a": 7, "b": 7, "c": 6}
+    # relative: a leads; b is 7 * 0.04 / 0.06 = 4.67 -> 5
     assert scores(extender(loads, RELATIVE), ["a", "b", "c"]) == {"a": 10, "b": 5, "c": 0}
 
 
@@ -120,11 +131,12 @@ def test_hot_value_weighs_like_ten_percent_load_per_unit() -> None:
     loads = {
         "hot": make_node("hot", 0.20, hot=1),
         "warm": make_node("warm", 0.28),
-        "busy": make_node("busy", 0.32),
+        "busy": make_node("busy", 0.33),
     }
     hot = projected_load(loads["hot"], RELATIVE, NOW)
     assert hot == pytest.approx(0.30)
-    assert scores(extender(loads, RELATIVE), ["hot", "warm", "busy"]) == {"hot": 5, "warm": 10, "busy": 0}
+    # hot is 0.02 above warm, 0.03 below busy: 7 * 0.03 / 0.05 = 4.2 -> 4
+    assert scores(extender(loads, RELATIVE), ["hot", "warm", "busy"]) == {"hot": 4, "warm": 10, "busy": 0}
 
 
 def test_unmeasured_and_unknown_nodes_score_zero_and_stay_out_of_the_range() -> None:
@@ -149,6 +161,22 @@ def test_scoring_is_a_validated_policy_field() -> None:
     assert any(p == "spec.scoring" and "relative, crane" in r for p, r in exc.value.problems)
 
 
+@pytest.mark.parametrize("board", [True, False])
+def test_a_tie_at_the_top_is_held_where_kube_scheduler_goes(board: bool) -> None:
+    """Equal scores are kube-scheduler's to break, by its request-based plugins: fewer pods win. The hold
+    goes to the tied candidate with the fewest of Ballast's estimates, so the next pod sees this one where
+    it will land (the first of the tied candidates had a pod already)."""
+    loads = {"a": make_node("a", 0.30), "b": make_node("b", 0.35), "c": make_node("c", 0.50)}
+    ext = extender(loads, RELATIVE)
+    if not board:
+        ext.board = None  # the per-node exact path
+    assert ext.ledger is not None
+    ext.ledger.bound(None, "earlier", "a", NOW, size=(400, 0))  # a: 0.30 + 0.4 cores / 4 * cpu's half
+    assert scores(ext, ["a", "b", "c"]) == {"a": 10, "b": 10, "c": 0}
+    held = ext.ledger.known("u0")
+    assert held is not None and held.node == "b"
+
+
 # -- a burst, simulated ------------------------------------------------------------------------------
 
 
@@ -156,11 +184,30 @@ PER_POD = (round(200 * 0.85) / CPU_MILLI + round((256 << 20) * 0.70) / MEMORY) /
 """What one pod(i) adds to a node's projected load: its cpu and memory estimates, each half the weight."""
 
 
-def simulate_burst(policy, pods: int, seed: int) -> tuple[list[float], list[float], int]:
+POD_CPU_MILLI, POD_MEMORY = 200, 256 << 20  # pod(i)'s requests
+
+
+def request_plugins(pods: int) -> int:
+    """kube-scheduler's own scores for a node already holding ``pods`` of the burst, with pod(i) added:
+    NodeResourcesFit (LeastAllocated, cpu and memory weight 1) plus NodeResourcesBalancedAllocation, each
+    0..100 at plugin weight 1, in Go's integer arithmetic. Both favour the node with fewer pods."""
+    cpu = (pods + 1) * POD_CPU_MILLI
+    mem = (pods + 1) * POD_MEMORY
+    least = ((CPU_MILLI - cpu) * 100 // CPU_MILLI + (MEMORY - mem) * 100 // MEMORY) // 2
+    balanced = int((1 - abs(min(1.0, cpu / CPU_MILLI) - min(1.0, mem / MEMORY)) / 2) * 100)
+    return least + balanced
+
+
+def simulate_burst(
+    policy, pods: int, seed: int, weight: int | None = None, bind_lag: int = 0
+) -> tuple[list[float], list[float], int]:
     """Greedy kube-scheduler in process: filter, prioritize, bind to a random top-scored node (as
-    kube-scheduler's selectHost does among equal scores). Returns the nodes' projected load
-    (``projected_load``: annotated + estimates) before and after, and how many nodes ended over the cpu
-    limit."""
+    kube-scheduler's selectHost does among equal scores). With ``weight`` the top is by kube-scheduler's
+    total, ``score * weight * 10 + request_plugins`` (counting its pods at once, as its cache assumes
+    them); with ``bind_lag`` Ballast hears of each bind that many pods later (kube-scheduler binds
+    asynchronously: meanwhile only prioritize's hold says where the pod went). Returns the nodes'
+    projected load (``projected_load``: annotated + estimates) before and after, and how many nodes ended
+    over the cpu limit."""
     rng = random.Random(seed)
     usage = [0.10 + 0.38 * i / 19 for i in range(20)]
     rng.shuffle(usage)
@@ -168,17 +215,27 @@ def simulate_burst(policy, pods: int, seed: int) -> tuple[list[float], list[floa
     names = list(loads)
     ext = extender(loads, policy)
     assert ext.ledger is not None
+    assumed = dict.fromkeys(names, 0)
+    binding: list[tuple[dict, int, str]] = []
     for i in range(pods):
         args = ExtenderArgs(pod(i), None, names)
         passing = ext.filter(args)["NodeNames"]
         got = scores(ext, passing, i) if len(passing) > 1 else {n: 10 for n in passing}
+        if weight is not None:
+            got = {n: s * weight * 10 + request_plugins(assumed[n]) for n, s in got.items()}
         top = max(got.values(), default=None)
         chosen = rng.choice([n for n in passing if got[n] == top])
-        ext.ledger.bound(pod_info(args.pod), f"u{i}", chosen, NOW)
+        assumed[chosen] += 1
+        binding.append((args.pod, i, chosen))
+        while len(binding) > bind_lag:
+            obj, j, node = binding.pop(0)
+            ext.ledger.bound(pod_info(obj), f"u{j}", node, NOW)
+    for obj, j, node in binding:
+        ext.ledger.bound(pod_info(obj), f"u{j}", node, NOW)
     before = [projected_load(loads[n], policy, NOW) for n in names]
-    after = [projected_load(loads[n], policy, NOW, ext.ledger.extra(loads[n], policy, NOW)) for n in names]
+    after = [projected_load(loads[n], policy, NOW, ext.ledger.extra(loads[n], NOW)) for n in names]
     over = sum(
-        usage[i] + ext.ledger.extra(loads[n], policy, NOW).get("cpu_usage_avg_5m", 0.0) > LIMIT
+        usage[i] + ext.ledger.extra(loads[n], NOW).get("cpu_usage_avg_5m", 0.0) > LIMIT
         for i, n in enumerate(names)
     )
     return before, after, over
@@ -202,6 +259,19 @@ def test_crane_scoring_spreads_worse_than_the_default() -> None:
     assert min(results) > 1.25, results
 
 
+@pytest.mark.parametrize("bind_lag", [0, 1, 2, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_burst_spreads_like_water_under_kube_schedulers_total(seed: int, bind_lag: int) -> None:
+    """kube-scheduler adds its own request-based scores, which favour the node with fewer pods (the busier
+    one in a burst), and binds asynchronously: the least loaded candidate must lead by enough that the
+    scheduler follows it, so the hold prioritize puts there is where the pod went."""
+    before, after, over = simulate_burst(RELATIVE, 100, seed, weight=3, bind_lag=bind_lag)
+    ideal = water_fill(before, [PER_POD] * 100)
+    assert sum(after) == pytest.approx(sum(ideal))
+    assert over == 0
+    assert cv(after) <= 1.25 * cv(ideal), (cv(after), cv(ideal))
+
+
 def test_water_fill_levels_the_lowest_first() -> None:
     assert water_fill([0.1, 0.5, 0.3], [0.1] * 4) == pytest.approx([0.4, 0.5, 0.4])
     assert water_fill([0.6, 0.62], [0.1], limit=0.65) == [0.6, 0.62]  # nothing fits: the pod stays pending
@@ -209,7 +279,7 @@ def test_water_fill_levels_the_lowest_first() -> None:
 
 
 def test_explain_and_nodes_rank_like_prioritize() -> None:
-    loads = {n: make_node(n, u) for n, u in (("a", 0.30), ("b", 0.33), ("c", 0.36))}
+    loads = {n: make_node(n, u) for n, u in (("a", 0.30), ("b", 0.32), ("c", 0.36))}
     out = explain(extender(loads, RELATIVE), pod(0), ["a", "b", "c"], None)
     got = {v["name"]: (v["score"]["score"], v["score"]["craneScore"]) for v in out["nodes"]}
     assert got == {"a": (10, 7), "b": (5, 7), "c": (0, 6)}

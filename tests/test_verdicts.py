@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.annotations import format_hot_value, format_load
-from app.estimation import Ledger
 from app.extender import Extender
+from app.ledger import Ledger
 from app.load import check_node, projected_load, score_node
 from app.metrics import ExtenderMetrics
 from app.nodestate import NodeLoad, parse_node
@@ -76,20 +76,20 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
             ledger.bound(p, p.uid, "n", NOW - age)
     d = derive(load, POLICY, ledger, NOW)
     incoming = ledger.incoming(info("in", *pod), NOW)
-    exact = check_node(load, POLICY, NOW, ledger.extra(load, POLICY, NOW, incoming))
+    exact = check_node(load, POLICY, NOW, ledger.extra(load, NOW, incoming))
     fast = judge(d, incoming.cpu_milli, incoming.memory_bytes, NOW)
     if fast is not UNSURE:
         assert (fast.reason if fast else None) == (exact.reason if exact else None)
-    assert d.score == score_node(load, POLICY, NOW, ledger.extra(load, POLICY, NOW)).score
+    assert d.score == score_node(load, POLICY, NOW, ledger.extra(load, NOW)).score
     # relative scoring: the board's standing load plus the pod's slope is the exact load after the pod
-    after = projected_load(load, POLICY, NOW, ledger.extra(load, POLICY, NOW, incoming))
+    after = projected_load(load, POLICY, NOW, ledger.extra(load, NOW, incoming))
     base, per_cpu, per_byte = d.projection
     if after is None:
         assert base is None
     else:
         fast_after = base + incoming.cpu_milli * per_cpu + incoming.memory_bytes * per_byte
         assert fast_after == pytest.approx(after, rel=1e-9, abs=1e-12)
-    assert d.blocked == (check_node(load, POLICY, NOW, ledger.extra(load, POLICY, NOW)) is not None)
+    assert d.blocked == (check_node(load, POLICY, NOW, ledger.extra(load, NOW)) is not None)
 
 
 @given(

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from app.annotator.cli import register
-from app.logs import setup_logging
+from common.logs import setup_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,55 +9,17 @@ from __future__ import annotations
 
 import argparse
 
-from app.cliargs import HelpFormatter
-from app.durations import parse_duration
+from common.cli import (
+    HelpFormatter,
+    add_common,
+    duration,
+    duration_or_off,
+    non_negative_int,
+    port,
+    positive_int,
+)
 
 __all__ = ["register", "run_annotator"]
-
-
-def _duration_or_off(text: str) -> float:
-    """A duration; zero (in any unit) means off."""
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _duration(text: str) -> float:
-    seconds = _duration_or_off(text)
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
-    return seconds
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
-    return port
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must not be negative")
-    return value
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -93,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--policy-poll",
-        type=_duration_or_off,
+        type=duration_or_off,
         default="2s",
         metavar="DURATION",
         help="how often to check the policy file for changes (0 disables; SIGHUP still reloads)",
@@ -127,14 +89,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     prom = p.add_argument_group("Prometheus")
     prom.add_argument(
         "--prometheus-timeout",
-        type=_duration,
+        type=duration,
         default="10s",
         metavar="DURATION",
         help="timeout of one HTTP request to Prometheus",
     )
     prom.add_argument(
         "--prometheus-retries",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=2,
         metavar="N",
         help="extra attempts, with exponential backoff, after a 5xx, 429, timeout or connection error",
@@ -202,14 +164,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     hot.add_argument(
         "--hot-value-interval",
-        type=_duration,
+        type=duration,
         default="1m",
         metavar="DURATION",
         help="refresh the hot value at least this often (every cycle refreshes it too)",
     )
     hot.add_argument(
         "--max-bindings-per-node",
-        type=_positive_int,
+        type=positive_int,
         default=4096,
         metavar="N",
         help="bound on the bindings remembered per node (the newest are kept)",
@@ -231,21 +193,21 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     le.add_argument(
         "--lease-duration",
-        type=_duration,
+        type=duration,
         default="15s",
         metavar="DURATION",
         help="how long others wait after the holder's last renewal before taking over",
     )
     le.add_argument(
         "--renew-deadline",
-        type=_duration,
+        type=duration,
         default="10s",
         metavar="DURATION",
         help="the leader stops writing when it could not renew for this long",
     )
     le.add_argument(
         "--retry-period",
-        type=_duration,
+        type=duration,
         default="2s",
         metavar="DURATION",
         help="how often candidates try to acquire and the leader renews",
@@ -259,7 +221,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     srv = p.add_argument_group("serving and API")
     srv.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port,
         default=8090,
         metavar="PORT",
         help="port of /healthz, /readyz and /metrics (0 disables it; not served with --once)",
@@ -269,28 +231,25 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     srv.add_argument(
         "--patch-concurrency",
-        type=_positive_int,
+        type=positive_int,
         default=8,
         metavar="N",
         help="node patches in flight at once",
     )
     srv.add_argument(
         "--api-timeout",
-        type=_duration,
+        type=duration,
         default="10s",
         metavar="DURATION",
         help="timeout of one Kubernetes API call",
     )
     srv.add_argument(
         "--resync",
-        type=_duration,
+        type=duration,
         default="5m",
         metavar="DURATION",
         help="relist nodes and pods this often even when the watches are healthy",
     )
-
-    # Imported here: app.cli imports this module, so a top-level import would be circular.
-    from app.cli import add_common
 
     add_common(p)
     p.set_defaults(func=run_annotator)

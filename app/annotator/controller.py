@@ -30,10 +30,11 @@ from app.annotator.bindings import BindingRecords, hot_value
 from app.annotator.matching import MatchResult, Series, match_series
 from app.annotator.metrics import AnnotatorMetrics
 from app.annotator.plan import NodePatch, PatchPlanner
+from app.annotator.prometheus import Vector
 from app.annotator.schedule import Schedule
 from app.annotator.sources import NodeIndex
-from app.kube import ApiError, Kube, path_for
 from app.policy import Policy
+from common.kube import ApiError, Kube, path_for
 
 __all__ = [
     "Annotator",
@@ -62,7 +63,7 @@ class NodeWriter(Protocol):
 
 
 class KubeNodeWriter:
-    """Node patches through ``app.kube.Kube`` (official client, ``application/merge-patch+json``)."""
+    """Node patches through ``common.kube.Kube`` (official client, ``application/merge-patch+json``)."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
@@ -159,6 +160,8 @@ class Annotator:
         finally:
             self.metrics.query_duration.observe(time.perf_counter() - t0)
         self.metrics.queries.labels(metric, "ok").inc()
+        if isinstance(series, Vector) and series.malformed:
+            self.metrics.malformed_samples.labels(metric).inc(series.malformed)
         return series
 
     async def cycle(self, due: Sequence[str]) -> CycleReport:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from app.kube import ApiError, Kube, path_for
+from common.kube import ApiError, Kube, path_for
 
 __all__ = ["LeaderElector", "default_identity", "micro_time"]
 

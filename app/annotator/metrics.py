@@ -65,6 +65,13 @@ class AnnotatorMetrics:
             ["metric"],
             registry=r,
         )
+        self.malformed_samples = Counter(
+            "ballast_annotator_malformed_samples",
+            "Items of a Prometheus answer skipped because they were not a sample (not an object, no "
+            "numeric value); the other samples of that answer are used.",
+            ["metric"],
+            registry=r,
+        )
         self.unmatched_series = Gauge(
             "ballast_annotator_unmatched_series",
             "Series in the last answer for a metric that named no known node.",

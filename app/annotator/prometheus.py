@@ -27,7 +27,7 @@ import orjson
 
 from app.annotator.matching import Series
 
-__all__ = ["PrometheusClient", "PrometheusConfig", "PrometheusError", "parse_vector"]
+__all__ = ["PrometheusClient", "PrometheusConfig", "PrometheusError", "Vector", "parse_vector"]
 
 log = logging.getLogger("ballast.annotator.prometheus")
 
@@ -85,7 +85,14 @@ class PrometheusConfig:
         return problems
 
 
-def parse_vector(payload: Mapping[str, Any], query: str) -> list[Series]:
+class Vector(list[Series]):
+    """The series of one answer. ``malformed`` counts the items skipped because they were not a sample
+    (not an object, no value, a value that is not a number): one bad item must not cost the others."""
+
+    malformed: int = 0
+
+
+def parse_vector(payload: Mapping[str, Any], query: str) -> Vector:
     """The series of an instant-query answer; a scalar becomes one series without labels."""
     if payload.get("status") != "success":
         raise PrometheusError(
@@ -95,16 +102,24 @@ def parse_vector(payload: Mapping[str, Any], query: str) -> list[Series]:
     data = payload.get("data") or {}
     kind = data.get("resultType")
     result = data.get("result")
+    out = Vector()
     if kind == "scalar" and isinstance(result, list):
-        return [Series({}, float(result[1]))]
+        out.append(Series({}, float(result[1])))
+        return out
     if kind != "vector" or not isinstance(result, list):
         raise PrometheusError(f"{query!r} returned a {kind}, not an instant vector", query=query)
-    out = []
     for item in result:
+        labels = item.get("metric") if isinstance(item, Mapping) else None
+        value = item.get("value") if isinstance(item, Mapping) else None
         try:
-            out.append(Series(item.get("metric") or {}, float(item["value"][1])))
-        except (KeyError, IndexError, TypeError, ValueError):
-            log.debug("skipping a malformed sample in the answer to %r: %r", query, item)
+            labels = labels or {}
+            if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
+                raise TypeError("its metric is not an object of label strings")
+            out.append(Series(labels, float(value[1])))  # type: ignore[index]
+        except (IndexError, TypeError, ValueError):
+            out.malformed += 1
+            if out.malformed == 1:
+                log.warning("skipping a malformed sample in the answer to %r: %.200r", query, item)
     return out
 
 
@@ -195,7 +210,7 @@ class PrometheusClient:
             await asyncio.sleep(sleep)
             delay *= 2
 
-    async def query(self, expr: str) -> list[Series]:
+    async def query(self, expr: str) -> Vector:
         """One instant query evaluated at the server's now; raises ``PrometheusError`` on any failure."""
         params = {**self.config.params, "query": expr}
         self.queries += 1

@@ -34,15 +34,15 @@ from app import __version__
 from app.annotations import HOT_VALUE_KEY
 from app.annotator.bindings import BindingRecords
 from app.annotator.controller import Annotator, CycleReport, KubeNodeWriter, run_loop
-from app.annotator.health import HealthServer
 from app.annotator.leader import LeaderElector, default_identity
 from app.annotator.metrics import AnnotatorMetrics
 from app.annotator.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
 from app.annotator.schedule import Schedule
 from app.annotator.sources import EventBindings, NodeIndex, PodBindings
-from app.kube import Kube, KubeConfigError, Reflector, load_api_client
 from app.policy import Policy, PolicyError, load_policy
 from app.policy_store import PolicyStore
+from common.health import HealthServer
+from common.kube import Kube, KubeConfigError, Reflector, load_api_client
 
 __all__ = ["lease_namespace", "prometheus_config", "run"]
 
@@ -279,27 +279,16 @@ async def _serve(
         if not await _check_prometheus(client):
             return 1
         if args.metrics_port:
-            try:
-                server = HealthServer(
-                    args.metrics_address,
-                    args.metrics_port,
-                    metrics.registry,
-                    healthy=lambda: probes.healthy(),
-                    ready=lambda: probes.ready(),
-                ).start()
-            except OSError as exc:
-                log.error(
-                    "cannot serve health and metrics on %s:%d: %s",
-                    args.metrics_address,
-                    args.metrics_port,
-                    exc,
-                )
-                return 1
-            log.info(
-                "health and metrics on http://%s:%d (/healthz, /readyz, /metrics)",
+            server = HealthServer.serve(
                 args.metrics_address,
-                server.port,
+                args.metrics_port,
+                metrics.registry,
+                healthy=lambda: probes.healthy(),
+                ready=lambda: probes.ready(),
+                name="annotator-health",
             )
+            if server is None:
+                return 1
         while True:
             running = store.current
             code = await _serve_with(args, running, client, kube, identity, stop, metrics, store, probes)

@@ -1,6 +1,6 @@
 """Watch handlers that keep the annotator's view of the cluster: nodes, and bindings from pods or events.
 
-They follow ``app.kube.Handler`` (``replace`` after every full list, ``apply`` per watch event) and do no
+They follow ``common.kube.Handler`` (``replace`` after every full list, ``apply`` per watch event) and do no
 I/O themselves, so tests feed them dicts. Each keeps only what the annotator needs: for a node its
 InternalIPs and the annotations Ballast writes; for a pod or event only a ``Binding`` in
 ``BindingRecords``, and only while it is inside the hot-value horizon.

@@ -23,7 +23,7 @@ from app.api.body import BodyTimeout, BodyTooLarge, read_body
 from app.api.responses import JSONBytes, error
 from app.api.state import Services, services
 from app.bad_request import BadRequest
-from app.wire import parse_binding_args, parse_extender_args, parse_object
+from app.wire import filter_result, parse_binding_args, parse_extender_args, parse_object
 
 log = logging.getLogger("ballast.api")
 router = APIRouter(tags=["extender verbs"])
@@ -47,6 +47,18 @@ def _responses(model: str) -> dict[int | str, dict[str, Any]]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
         },
     }
+
+
+def _verb(path: str, args: str, result: str, summary: str, description: str) -> Callable[[Any], Any]:
+    """A verb's route: POST ``path`` taking the ``args`` schema and answering the ``result`` schema."""
+    return router.post(
+        path,
+        summary=summary,
+        description=description,
+        openapi_extra=_body_doc(args),
+        responses=_responses(result),
+        response_class=JSONBytes,
+    )
 
 
 def _without_cyclic_gc(fn: Callable[[bytes], Any], body: bytes) -> Any:
@@ -137,13 +149,7 @@ def _filter_verb(svc: Services) -> Verb:
     return Verb(
         "filter",
         lambda body: ext.answering(ext.filter, parse_extender_args(body)),
-        lambda msg: {
-            "Nodes": None,
-            "NodeNames": None,
-            "FailedNodes": {},
-            "FailedAndUnresolvableNodes": {},
-            "Error": msg,
-        },
+        lambda msg: filter_result(error=msg),
         after=ext.settle,
     )
 
@@ -229,8 +235,10 @@ class VerbFastPath:
                     log.exception("%s: work after the answer failed", verb.name)
 
 
-@router.post(
+@_verb(
     "/filter",
+    "ExtenderArgs",
+    "ExtenderFilterResult",
     summary="Filter nodes by real load",
     description=(
         "kube-scheduler's filter call. With `Nodes` (nodeCacheCapable: false) the passing Node objects come "
@@ -238,34 +246,33 @@ class VerbFastPath:
         "`NodeNames`. Rejected nodes are in `FailedNodes` with a reason naming the metric, its value, the "
         "limit and the value's age."
     ),
-    openapi_extra=_body_doc("ExtenderArgs"),
-    responses=_responses("ExtenderFilterResult"),
-    response_class=JSONBytes,
 )
 async def filter_nodes(request: Request):
     return await _run(request, _filter_verb(services(request)))
 
 
-@router.post(
+@_verb(
     "/prioritize",
+    "ExtenderArgs",
+    "HostPriorityList",
     summary="Score nodes 0..10 by real load",
     description=(
         'kube-scheduler\'s prioritize call: `[{"Host": name, "Score": 0..10}]`. By default '
         "(`scoring: relative`) the candidates are ranked by their projected load after this pod (weighted "
-        "load of the priority metrics plus estimates plus hot value / 10): least loaded 10, most loaded 0, "
-        "linear between. With `scoring: crane`, crane's weighted least-used formula minus the hot-value "
-        "penalty, mapped from 0..100 to 0..10."
+        "load of the priority metrics plus estimates plus hot value / 10): the least loaded scores 10 (alone "
+        "unless tied), every other candidate 7 down to 0 for the most loaded, linear between; the pod's "
+        "estimate is held on the best one until its bind. With `scoring: crane`, crane's weighted "
+        "least-used formula minus the hot-value penalty, mapped from 0..100 to 0..10."
     ),
-    openapi_extra=_body_doc("ExtenderArgs"),
-    responses=_responses("HostPriorityList"),
-    response_class=JSONBytes,
 )
 async def prioritize_nodes(request: Request):
     return await _run(request, _prioritize_verb(services(request)))
 
 
-@router.post(
+@_verb(
     "/preempt",
+    "ExtenderPreemptionArgs",
+    "ExtenderPreemptionResult",
     summary="Drop preemption candidates that would stay overloaded",
     description=(
         "kube-scheduler's preempt call. Candidate nodes whose load would still be over a limit after the "
@@ -273,25 +280,21 @@ async def prioritize_nodes(request: Request):
         "victims as `NodeNameToMetaVictims`. Accepts `NodeNameToVictims` (whole pods) or "
         "`NodeNameToMetaVictims` (UIDs)."
     ),
-    openapi_extra=_body_doc("ExtenderPreemptionArgs"),
-    responses=_responses("ExtenderPreemptionResult"),
-    response_class=JSONBytes,
 )
 async def preempt(request: Request):
     return await _run(request, _preempt_verb(services(request)))
 
 
-@router.post(
+@_verb(
     "/bind",
+    "ExtenderBindingArgs",
+    "ExtenderBindingResult",
     summary="Bind the pod (after writing its NUMA topology result)",
     description=(
         "kube-scheduler's bind call: Ballast creates the pod's Binding through the API. Errors from the API "
         "(409 conflict, 404 pod gone, timeouts) come back in `Error` with the API server's message. Needs "
         "cluster access (`--kubeconfig` or in-cluster)."
     ),
-    openapi_extra=_body_doc("ExtenderBindingArgs"),
-    responses=_responses("ExtenderBindingResult"),
-    response_class=JSONBytes,
 )
 async def bind(request: Request):
     return await _run(request, _bind_verb(services(request)))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agent.cpuset import CPUSet
-from agent.podspec import QOSClass
 from agent.runtime import CgroupfsRuntime, ContainerRef, MemoryRuntime, RuntimeCallError
+from common.podspec import QOSClass
 
 UID = "1234-abcd-5678"
 CID = "0123456789abcdef"

@@ -15,7 +15,7 @@ from agent.kubelet_config import (
     parse_configz,
     parse_kubelet_config,
 )
-from agent.quantity import Quantity
+from common.quantity import Quantity
 
 KUBELET_YAML = """\
 apiVersion: kubelet.config.k8s.io/v1beta1

@@ -35,9 +35,10 @@ from hypothesis.stateful import (
 
 from agent.cpuset import CPUSet
 from agent.manager import CPUManager
-from agent.podspec import ContainerKind, CPUPolicy, parse_pod
 from agent.runtime import MemoryRuntime, RuntimeCallError
 from agent.topology import CPUTopology
+from common.exclusive import CPUPolicy
+from common.podspec import ContainerKind, parse_pod
 from tests.agent.cri_fake import NODE, SCHEDULER, container, container_id, pod
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT, DUAL_SOCKET_NO_HT, SINGLE_SOCKET_HT
 

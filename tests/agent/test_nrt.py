@@ -11,16 +11,16 @@ import pytest
 from agent.cpuset import CPUSet
 from agent.kubelet_config import KubeletSettings, parse_kubelet_config
 from agent.nrt import (
-    AWARENESS_LABEL,
     CPU_MANAGER_DISABLED_ATTRIBUTE,
     RESERVED_CPUS_ATTRIBUTE,
     STATIC_KUBELET_REASON,
     build_nrt,
     nrt_differs,
     nrt_merge_patch,
-    parse_go_bool,
 )
 from agent.topology import CPUTopology
+from agent.topology_sysfs import read_topology
+from common.topology_annotations import AWARENESS_KEY, parse_go_bool
 from tests.agent.sysfs_fixtures import (
     NO_NODE_DIR,
     ONE_SOCKET_NO_SMT,
@@ -29,13 +29,14 @@ from tests.agent.sysfs_fixtures import (
     Machine,
     write_sysfs,
 )
+from tests.fakekube.patches import merge_patch
 
 GiB = 2**30
 UID = "7c2f9a4e-1b0d-4c55-9e8a-0d6f1a2b3c4d"
 
 
 def discover(tmp_path: Path, machine: Machine) -> CPUTopology:
-    return CPUTopology.from_sysfs(write_sysfs(tmp_path / "sys", machine))
+    return read_topology(write_sysfs(tmp_path / "sys", machine))
 
 
 def owner(name: str) -> list[dict[str, Any]]:
@@ -87,7 +88,7 @@ def test_two_socket_machine_with_a_static_kubelet_and_reserved_cpus_in_both_zone
             "kubeReserved": {"cpu": "1", "memory": "40Gi"},
         }
     )
-    nrt = nrt_for(discover(tmp_path, TWO_SOCKETS_HT), kubelet, {AWARENESS_LABEL: "false"})
+    nrt = nrt_for(discover(tmp_path, TWO_SOCKETS_HT), kubelet, {AWARENESS_KEY: "false"})
     assert nrt == {
         "apiVersion": "topology.crane.io/v1alpha1",
         "kind": "NodeResourceTopology",
@@ -172,14 +173,14 @@ def test_precomputed_reserved_set_is_used(tmp_path: Path) -> None:
     [
         (None, "SingleNUMANodePodLevel"),
         ({}, "SingleNUMANodePodLevel"),
-        ({AWARENESS_LABEL: "true"}, "SingleNUMANodePodLevel"),
-        ({AWARENESS_LABEL: "1"}, "SingleNUMANodePodLevel"),
-        ({AWARENESS_LABEL: "yes"}, "SingleNUMANodePodLevel"),  # not a Go bool: ignored
-        ({AWARENESS_LABEL: ""}, "SingleNUMANodePodLevel"),
-        ({AWARENESS_LABEL: "false"}, "None"),
-        ({AWARENESS_LABEL: "F"}, "None"),
-        ({AWARENESS_LABEL: "0"}, "None"),
-        ({AWARENESS_LABEL: "FALSE"}, "None"),
+        ({AWARENESS_KEY: "true"}, "SingleNUMANodePodLevel"),
+        ({AWARENESS_KEY: "1"}, "SingleNUMANodePodLevel"),
+        ({AWARENESS_KEY: "yes"}, "SingleNUMANodePodLevel"),  # not a Go bool: ignored
+        ({AWARENESS_KEY: ""}, "SingleNUMANodePodLevel"),
+        ({AWARENESS_KEY: "false"}, "None"),
+        ({AWARENESS_KEY: "F"}, "None"),
+        ({AWARENESS_KEY: "0"}, "None"),
+        ({AWARENESS_KEY: "FALSE"}, "None"),
         ({"other": "false"}, "SingleNUMANodePodLevel"),
     ],
 )
@@ -209,19 +210,6 @@ def test_static_kubelet_disables_the_agent_cpu_manager(policy: str, expected: st
 
 
 # --- diffing and patching ----------------------------------------------------------------------------
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the API server applies ``application/merge-patch+json``."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from agent.podspec import ContainerKind, QOSClass, TopologyResultError, parse_pod, parse_topology_result
+from common.podspec import ContainerKind, QOSClass, parse_pod
+from common.topology_annotations import TopologyResultError, parse_topology_result
 from tests.agent.cri_fake import container, pod, zones
 
 
@@ -112,15 +113,16 @@ def test_malformed_pod_never_raises() -> None:
 
 
 def test_topology_result_parses() -> None:
-    assert parse_topology_result(json.dumps(zones(node1=2, node0=3))) == ((0, 3), (1, 2))
+    assert parse_topology_result(json.dumps(zones(node1=2, node0=3))).cpus == ((0, 3), (1, 2))
     text = '[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"4"}}}]'
-    assert parse_topology_result(text) == ((0, 4),)
+    assert parse_topology_result(text).cpus == ((0, 4),)
     # memory in capacity is fine, a zone with 0 CPUs is dropped
     text = (
         '[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"2","memory":"1Gi"}}},'
         '{"name":"node1","type":"Node","resources":{"capacity":{"cpu":"0"}}}]'
     )
-    assert parse_topology_result(text) == ((0, 2),)
+    assert parse_topology_result(text).cpus == ((0, 2),)
+    assert parse_topology_result(text).memory == {0: 2**30}
 
 
 @pytest.mark.parametrize(
@@ -138,6 +140,11 @@ def test_topology_result_parses() -> None:
         ('[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"-1"}}}]', "whole number"),
         ('[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"lots"}}}]', "lots"),
         ('[{"name":"node0","type":"Node"}]', "no resources.capacity.cpu"),
+        ('[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"1","memory":"lots"}}}]', "lots"),
+        (
+            '[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"1","memory":"-1Gi"}}}]',
+            "whole number of bytes",
+        ),
         (
             '[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"1"}}},'
             '{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"1"}}}]',

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agent.cpuset import CPUSet
-from agent.podspec import CPUPolicy, parse_pod
 from agent.policy import AllocationError, StateInvalidError, StaticPolicy
 from agent.state import MemoryState
+from common.exclusive import CPUPolicy
+from common.podspec import parse_pod
 from tests.agent.cri_fake import SCHEDULER, container, pod, zones
 from tests.agent.kubelet_topologies import (
     DUAL_SOCKET_HT,

@@ -13,7 +13,7 @@ from kubernetes import config as k8s_config
 
 from agent.cpuset import CPUSet
 from agent.kubelet_config import KubeletSettings, parse_configz
-from agent.nrt import AWARENESS_LABEL, CPU_MANAGER_DISABLED_ATTRIBUTE, STATIC_KUBELET_REASON, build_nrt
+from agent.nrt import CPU_MANAGER_DISABLED_ATTRIBUTE, STATIC_KUBELET_REASON, build_nrt
 from agent.publisher import (
     CONFIGZ_REFRESH_SECONDS,
     KubeletConfigFile,
@@ -24,7 +24,9 @@ from agent.publisher import (
     Result,
 )
 from agent.topology import CPUTopology
-from app.kube import MERGE_PATCH, Kube
+from agent.topology_sysfs import read_topology
+from common.kube import MERGE_PATCH, Kube
+from common.topology_annotations import AWARENESS_KEY
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.fakekube import DEFAULT_RESOURCES, NODE_RESOURCE_TOPOLOGIES, FakeKube, make_node
 
@@ -48,7 +50,7 @@ class StaticSource:
 
 @pytest.fixture
 def topology(tmp_path: Path) -> CPUTopology:
-    return CPUTopology.from_sysfs(write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT))
+    return read_topology(write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT))
 
 
 @pytest.fixture
@@ -116,7 +118,7 @@ def test_awareness_label_flip_sends_one_merge_patch(
     pub = publisher(kube, topology)
     pub.publish_once()
     fake_kube.clear_requests()
-    flipped = fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_LABEL: "false"}}})
+    flipped = fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_KEY: "false"}}})
     assert pub.observe_node(flipped) is True
     assert pub.publish_once() is Result.PATCHED
     patches = fake_kube.find_requests("PATCH")
@@ -128,7 +130,7 @@ def test_awareness_label_flip_sends_one_merge_patch(
         "topologyManagerPolicy": "None",
     }
     # Go ParseBool spelling of the same value: no change, no write.
-    same = fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_LABEL: "F"}}})
+    same = fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_KEY: "F"}}})
     pub.observe_node(same)
     fake_kube.clear_requests()
     assert pub.publish_once() is Result.UNCHANGED
@@ -403,9 +405,7 @@ def test_node_handler_signals_label_and_uid_changes_only(topology: CPUTopology) 
     handler.apply("MODIFIED", {**base, "status": {"phase": "y"}})  # a status update: no change
     handler.apply("MODIFIED", {"metadata": {"name": "other", "labels": {"b": "2"}}})  # someone else
     assert len(changes) == 1
-    handler.apply(
-        "MODIFIED", {**base, "metadata": {**base["metadata"], "labels": {AWARENESS_LABEL: "false"}}}
-    )
+    handler.apply("MODIFIED", {**base, "metadata": {**base["metadata"], "labels": {AWARENESS_KEY: "false"}}})
     assert len(changes) == 2
     handler.apply("DELETED", base)  # gone: nothing to publish until it is back
     assert len(changes) == 2

@@ -20,9 +20,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from agent.cli import register, run_agent
-from agent.nrt import AWARENESS_LABEL, CPU_MANAGER_DISABLED_ATTRIBUTE
-from agent.run import NODE_NAME_MISSING, HealthServer, run
-from app.kube import MERGE_PATCH
+from agent.nrt import CPU_MANAGER_DISABLED_ATTRIBUTE
+from agent.run import NODE_NAME_MISSING, published_probe, run
+from common.health import HealthServer
+from common.kube import MERGE_PATCH
+from common.topology_annotations import AWARENESS_KEY
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.conftest import wait_for
 from tests.fakekube import FakeKube, make_node
@@ -130,7 +132,7 @@ def test_label_change_republishes_within_a_second(
 
     fake_kube.clear_requests()
     started = time.monotonic()
-    fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_LABEL: "false"}}})
+    fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_KEY: "false"}}})
     wait_for(lambda: fake_kube.find_requests("PATCH", NRT_PATH), timeout=1.0, what="the merge patch")
     assert time.monotonic() - started < 1.0
     patch = fake_kube.find_requests("PATCH", NRT_PATH)
@@ -271,7 +273,7 @@ def test_bad_topology_or_cluster_config_exit_before_any_request(
 
 def test_health_server_is_not_ready_before_the_first_publish() -> None:
     ready = threading.Event()
-    server = HealthServer("127.0.0.1", 0, CollectorRegistry(), ready.is_set).start()
+    server = HealthServer("127.0.0.1", 0, CollectorRegistry(), ready=published_probe(ready)).start()
     try:
         status, body = http_get(f"http://127.0.0.1:{server.port}/readyz")
         assert status == 503 and "not published yet" in body
@@ -288,7 +290,7 @@ def test_sigterm_shuts_the_process_down_cleanly(
     argv = [
         sys.executable,
         "-m",
-        "app.cli",
+        "ballast",
         "agent",
         "--node-name",
         NODE,
@@ -325,7 +327,7 @@ def test_sigterm_shuts_the_process_down_cleanly(
 
 def test_run_flags_and_defaults() -> None:
     from agent.cri.client import DEFAULT_ENDPOINT
-    from agent.state import DEFAULT_STATE_PATH
+    from agent.state_checkpoint import DEFAULT_STATE_PATH
 
     args = parse([])
     assert (args.kubelet_config, args.kubelet_configz, args.resync) == (

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from agent import state as state_mod
+from agent import state_checkpoint as state_mod
 from agent.cpuset import CPUSet
-from agent.state import (
+from agent.state import MemoryState
+from agent.state_checkpoint import (
     CheckpointError,
     CheckpointState,
-    MemoryState,
     StateWriteError,
     checkpoint_checksum,
     decode_checkpoint,
@@ -90,7 +90,6 @@ def test_memory_state_reader_and_writers() -> None:
     s.set_cpuset("pod1", "b", CPUSet.of(4))
     assert s.get_cpuset("pod1", "a") == CPUSet.of(2, 3)
     assert s.get_cpuset("pod1", "zzz") is None
-    assert s.get_cpuset_or_default("pod2", "a") == CPUSet.parse("0-7")
     assert s.pod_cpus("pod1") == CPUSet.of(2, 3, 4)
     snapshot = s.get_assignments()
     with pytest.raises(TypeError):

@@ -9,6 +9,7 @@ import pytest
 
 from agent.cpuset import CPUSet
 from agent.topology import CPUInfo, CPUTopology, NUMANode, TopologyError
+from agent.topology_sysfs import read_topology
 from tests.agent.sysfs_fixtures import (
     NO_NODE_DIR,
     NON_CONTIGUOUS_IDS,
@@ -26,7 +27,7 @@ GiB = 2**30
 
 
 def discover(tmp_path: Path, machine: Machine) -> CPUTopology:
-    return CPUTopology.from_sysfs(write_sysfs(tmp_path / "sys", machine))
+    return read_topology(write_sysfs(tmp_path / "sys", machine))
 
 
 def cpu_dir(tmp_path: Path) -> Path:
@@ -95,7 +96,7 @@ def test_offline_cpus_are_left_out_and_core_ids_use_online_threads(tmp_path: Pat
 def test_offline_cpus_still_listed_in_the_node_cpulist_are_ignored(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", OFFLINE_CPUS)
     (node_dir(tmp_path) / "node0" / "cpulist").write_text("0-3,8-11\n")  # some arches keep offline CPUs here
-    topo = CPUTopology.from_sysfs(tmp_path / "sys")
+    topo = read_topology(tmp_path / "sys")
     assert topo.cpus_in_numa(0) == CPUSet.parse("0-2,8-10")
 
 
@@ -149,7 +150,7 @@ def test_negative_package_id_counts_as_socket_0(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", ONE_SOCKET_NO_SMT)
     for cpu in range(4):
         (cpu_dir(tmp_path) / f"cpu{cpu}" / "topology" / "physical_package_id").write_text("-1\n")
-    assert CPUTopology.from_sysfs(tmp_path / "sys").socket_ids == (0,)
+    assert read_topology(tmp_path / "sys").socket_ids == (0,)
 
 
 # --- queries ----------------------------------------------------------------------------------------
@@ -158,7 +159,7 @@ def test_negative_package_id_counts_as_socket_0(tmp_path: Path) -> None:
 def test_queries_on_two_sockets_with_ht(tmp_path: Path) -> None:
     topo = discover(tmp_path, TWO_SOCKETS_HT)
     assert (topo.num_cpus, topo.num_cores, topo.num_sockets, topo.num_numa_nodes) == (16, 8, 2, 2)
-    assert (topo.cpus_per_core, topo.cpus_per_socket) == (2, 8)
+    assert topo.cpus_per_core == 2
     assert topo.all_cpus == CPUSet.parse("0-15")
     assert topo.cpus_in_numa(0) == CPUSet.parse("0-3,8-11")
     assert topo.cpus_in_socket(1) == CPUSet.parse("4-7,12-15")
@@ -209,7 +210,7 @@ def test_malformed_node_cpulist(tmp_path: Path) -> None:
     bad = node_dir(tmp_path) / "node1" / "cpulist"
     bad.write_text("4-7,x\n")
     with pytest.raises(TopologyError) as err:
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
     assert err.value.path == bad
     assert str(bad) in str(err.value)
     assert "'x'" in str(err.value)
@@ -220,7 +221,7 @@ def test_missing_package_id(tmp_path: Path) -> None:
     missing = cpu_dir(tmp_path) / "cpu2" / "topology" / "physical_package_id"
     missing.unlink()
     with pytest.raises(TopologyError, match="missing") as err:
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
     assert err.value.path == missing
 
 
@@ -228,65 +229,65 @@ def test_missing_online_list(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", ONE_SOCKET_NO_SMT)
     (cpu_dir(tmp_path) / "online").unlink()
     with pytest.raises(TopologyError, match=r"cpu/online: missing"):
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
 
 
 def test_empty_sysfs_root(tmp_path: Path) -> None:
     with pytest.raises(TopologyError, match="missing"):
-        CPUTopology.from_sysfs(tmp_path)
+        read_topology(tmp_path)
 
 
 def test_missing_topology_of_an_online_cpu(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", ONE_SOCKET_NO_SMT)
     shutil.rmtree(cpu_dir(tmp_path) / "cpu3" / "topology")
     with pytest.raises(TopologyError, match=r"cpu3/topology/physical_package_id: missing"):
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
 
 
 def test_siblings_list_without_the_cpu_itself(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT)
     (cpu_dir(tmp_path) / "cpu1" / "topology" / "thread_siblings_list").write_text("2,10\n")
     with pytest.raises(TopologyError, match="does not list CPU 1 itself"):
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
 
 
 def test_non_integer_core_id(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", Machine(rows=grid(1, 2, 1), sibling_files=()))
     (cpu_dir(tmp_path) / "cpu1" / "topology" / "core_id").write_text("one\n")
     with pytest.raises(TopologyError, match=r"core_id: expected an integer, found 'one'"):
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
 
 
 def test_distance_count_must_match_node_count(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT)
     (node_dir(tmp_path) / "node0" / "distance").write_text("10 21 31\n")
     with pytest.raises(TopologyError, match=r"node0/distance: has 3 distance\(s\) for 2 NUMA node\(s\)"):
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
 
 
 def test_garbage_distance(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT)
     (node_dir(tmp_path) / "node1" / "distance").write_text("21 ten\n")
     with pytest.raises(TopologyError, match="expected space-separated integers"):
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
 
 
 def test_meminfo_without_memtotal(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT)
     (node_dir(tmp_path) / "node1" / "meminfo").write_text("Node 1 MemFree: 12 kB\n")
     with pytest.raises(TopologyError, match=r"node1/meminfo: has no 'Node N MemTotal"):
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
 
 
 def test_online_cpu_in_no_node(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT)
     (node_dir(tmp_path) / "node1" / "cpulist").write_text("4-7\n")
     with pytest.raises(TopologyError, match=r"online CPU\(s\) 12-15 are not listed in any nodeN/cpulist"):
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")
 
 
 def test_cpu_in_two_nodes(tmp_path: Path) -> None:
     write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT)
     (node_dir(tmp_path) / "node1" / "cpulist").write_text("3-7,12-15\n")
     with pytest.raises(TopologyError, match="CPU 3 is also listed by node0"):
-        CPUTopology.from_sysfs(tmp_path / "sys")
+        read_topology(tmp_path / "sys")

@@ -58,16 +58,6 @@ def node_patches(fake: FakeKube) -> list[Any]:
     return [r for r in fake.requests if r.method == "PATCH" and r.path.startswith("/api/v1/nodes/")]
 
 
-def wait_until(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(interval)
-    return cond()
-
-
 class StubPrometheus:
     """A tiny HTTP server that is 'ready' and answers every other GET with ``answer(path, query)``
     (status, JSON body). For what a real Prometheus cannot be made to do on demand (fail), or where

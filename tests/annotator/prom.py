@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import shutil
 import socket
 import subprocess
@@ -27,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
+
+from tests.conftest import missing_part
 
 __all__ = ["CountingProxy", "PrometheusServer", "Series", "require_prometheus", "require_promtool"]
 
@@ -38,10 +38,7 @@ def _need(*names: str) -> dict[str, str]:
     found = {n: shutil.which(n) for n in names}
     missing = [n for n, path in found.items() if path is None]
     if missing:
-        message = f"{' and '.join(missing)} not found on PATH: {INSTALL_HINT}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{message} (CI=true: integration tests must run, not skip)")
-        pytest.skip(message)
+        missing_part(f"{' and '.join(missing)} not found on PATH: {INSTALL_HINT}")
     return {n: str(p) for n, p in found.items()}
 
 

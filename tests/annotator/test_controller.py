@@ -15,7 +15,7 @@ from app.annotator.bindings import Binding, BindingRecords
 from app.annotator.controller import Annotator, run_loop
 from app.annotator.matching import Series
 from app.annotator.metrics import AnnotatorMetrics
-from app.annotator.prometheus import PrometheusError
+from app.annotator.prometheus import PrometheusError, Vector
 from app.annotator.schedule import Schedule
 from app.annotator.sources import NodeIndex
 from app.policy import load_policy
@@ -138,6 +138,16 @@ def test_a_failed_query_skips_only_its_metric(caplog: pytest.LogCaptureFixture) 
     assert writer.nodes["a"]["metadata"]["annotations"]["cpu_usage_avg_5m"] == old
     assert sample(metrics, "ballast_annotator_failures_total", kind="prometheus") == 1
     assert caplog.text.count("query 'cpu_usage_avg_5m' for cpu_usage_avg_5m failed") == 1
+
+
+def test_malformed_items_are_counted_per_metric_and_the_rest_is_used() -> None:
+    answer = Vector(series("cpu_usage_avg_5m", **{"10.0.0.1": 40.0}))
+    answer.malformed = 2
+    annotator, _, writer, metrics = build([node("a", "10.0.0.1")], {"cpu_usage_avg_5m": answer})
+    report = asyncio.run(annotator.cycle(["cpu_usage_avg_5m"]))
+    assert report.ok
+    assert writer.nodes["a"]["metadata"]["annotations"]["cpu_usage_avg_5m"] == format_load(0.4, NOW)
+    assert sample(metrics, "ballast_annotator_malformed_samples_total", metric="cpu_usage_avg_5m") == 2
 
 
 def test_all_queries_failing_is_a_failed_cycle() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.annotator.leader import LeaderElector, micro_time
-from app.kube import Kube
+from common.kube import Kube
 from tests.fakekube import FakeKube
 
 NS = "ballast-system"

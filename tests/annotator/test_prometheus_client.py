@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -175,6 +176,24 @@ def test_scalar_and_matrix_answers() -> None:
 
     with pytest.raises(PrometheusError, match="not an instant vector"):
         run(cfg(), matrix, "query", "up[5m]")
+
+
+def test_a_malformed_item_costs_only_itself(caplog: pytest.LogCaptureFixture) -> None:
+    """One item that is not a sample (a string, no value, labels that are not strings) is skipped and
+    counted; the well-formed samples of the same answer are kept."""
+    good = {"metric": {"instance": "10.0.0.1:9100"}, "value": [1, "42"]}
+    items = [good, "oops", None, 7, {"metric": {"instance": 5}, "value": [1, "1"]}, {"metric": {}}, good]
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "vector", "result": items}}
+        )
+
+    with caplog.at_level(logging.WARNING):
+        answer = run(cfg(), handler, "query", "up")
+    assert [s.value for s in answer] == [42, 42]
+    assert answer.malformed == 5
+    assert caplog.text.count("skipping a malformed sample") == 1
 
 
 def ready_handler(ready: int, buildinfo: int) -> tuple[Handler, list[str]]:

@@ -19,9 +19,9 @@ import pytest
 
 from app.annotations import HOT_VALUE_KEY, parse_sample
 from app.annotator.run import run
-from tests.annotator.helpers import add_node, annotations, bind_pod, node_patches, parse, wait_until
+from tests.annotator.helpers import add_node, annotations, bind_pod, node_patches, parse
 from tests.annotator.prom import PrometheusServer, Series, free_port
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_for
 from tests.fakekube import FakeKube
 
 pytestmark = pytest.mark.integration
@@ -146,7 +146,7 @@ def test_run_mode_end_to_end(
     args = run_args(prom.url, kubeconfig, policy_file, "--metrics-port", str(port), "--identity", "solo")
     replica = Replica(args).start()
     try:
-        assert wait_until(lambda: all(load_written(fake_kube, n) for n in NODES))
+        wait_for(lambda: all(load_written(fake_kube, n) for n in NODES), timeout=10.0)
         assert holder(fake_kube) == "solo"
         for node, ip in NODES.items():
             for metric in LOAD:
@@ -154,7 +154,7 @@ def test_run_mode_end_to_end(
                 assert annotations(fake_kube, node)[metric].split(",")[0] == f"{expected:.5f}"
 
         assert scrape(port, "/healthz").status_code == 200
-        assert wait_until(lambda: scrape(port, "/readyz").status_code == 200)
+        wait_for(lambda: scrape(port, "/readyz").status_code == 200, timeout=10.0)
         text = scrape(port, "/metrics").text
         assert (
             metric_value(
@@ -174,23 +174,24 @@ def test_run_mode_end_to_end(
         now = time.time()
         for i in range(4):
             bind_pod(fake_kube, f"p{i}", "n1", now - 5)
-        assert wait_until(lambda: hot(fake_kube, "n1") == "2")
+        wait_for(lambda: hot(fake_kube, "n1") == "2", timeout=10.0)
         # Deleting them (graceful, then final) makes them stop counting: the fresh 2 becomes 0.
         for i in range(4):
             fake_kube.delete("pods", f"p{i}", namespace="default")
-        assert wait_until(lambda: hot(fake_kube, "n1") == "0")
+        wait_for(lambda: hot(fake_kube, "n1") == "0", timeout=10.0)
         assert hot(fake_kube, "n2") is None  # never had bindings: never written
 
         # Prometheus goes away mid-run: the load annotations stay exactly as they were.
         before = {n: annotations(fake_kube, n) for n in NODES}
         prom.stop()
-        assert wait_until(
+        wait_for(
             lambda: (
                 metric_value(
                     scrape(port, "/metrics").text, 'ballast_annotator_failures_total{kind="prometheus"}'
                 )
                 >= 4
-            )
+            ),
+            timeout=10.0,
         )
         for node in NODES:
             after = annotations(fake_kube, node)
@@ -217,14 +218,15 @@ def test_two_replicas_one_writer(
     a = Replica(run_args(prom.url, kubeconfig, policy_file, *common, "--identity", "replica-a")).start()
     b = None
     try:
-        assert wait_until(lambda: holder(fake_kube) == "replica-a")
+        wait_for(lambda: holder(fake_kube) == "replica-a", timeout=10.0)
         b = Replica(run_args(prom.url, kubeconfig, policy_file, *common, "--identity", "replica-b")).start()
-        assert wait_until(lambda: all(load_written(fake_kube, n) for n in NODES))
+        wait_for(lambda: all(load_written(fake_kube, n) for n in NODES), timeout=10.0)
         # b keeps trying (lease reads) but never writes while a leads.
-        assert wait_until(
+        wait_for(
             lambda: (
                 len([r for r in fake_kube.requests if "replica-b" in r.headers.get("User-Agent", "")]) >= 4
-            )
+            ),
+            timeout=10.0,
         )
         time.sleep(1.0)
         writers = {
@@ -235,9 +237,9 @@ def test_two_replicas_one_writer(
 
         # a steps down (SIGTERM path): it releases the lease and b takes over at once.
         assert a.shutdown() == 0
-        assert wait_until(lambda: holder(fake_kube) == "replica-b", timeout=5)
+        wait_for(lambda: holder(fake_kube) == "replica-b", timeout=5)
         fake_kube.patch("nodes", "n2", {"metadata": {"annotations": {"cpu_usage_avg_5m": None}}})
-        assert wait_until(lambda: load_written(fake_kube, "n2"))  # b repairs it
+        wait_for(lambda: load_written(fake_kube, "n2"), timeout=10.0)  # b repairs it
     finally:
         if b is not None:
             assert b.shutdown() == 0
@@ -294,9 +296,12 @@ def test_sigterm_steps_down_and_releases(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        assert wait_until(
-            lambda: holder(fake_kube) == "proc" and load_written(fake_kube, "n1"), timeout=20
-        ), (proc.poll(), proc.stderr.read().decode() if proc.poll() is not None else "")
+        try:
+            wait_for(lambda: holder(fake_kube) == "proc" and load_written(fake_kube, "n1"), timeout=20)
+        except AssertionError as e:
+            raise AssertionError(
+                (proc.poll(), proc.stderr.read().decode() if proc.poll() is not None else "")
+            ) from e
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:
@@ -340,13 +345,13 @@ def test_a_changed_policy_file_is_taken_and_a_broken_one_refused(
     )
     replica = Replica(args).start()
     try:
-        assert wait_until(lambda: all("cpu_usage_avg_5m" in annotations(fake_kube, n) for n in NODES))
+        wait_for(lambda: all("cpu_usage_avg_5m" in annotations(fake_kube, n) for n in NODES), timeout=10.0)
         assert not any("mem_usage_avg_5m" in annotations(fake_kube, n) for n in NODES)
 
         # A new metric in the file (as a ConfigMap update delivers it): the loop restarts with it.
         policy.write_text(FAST_POLICY)
-        assert wait_until(lambda: all(load_written(fake_kube, n) for n in NODES), timeout=20)
-        assert wait_until(lambda: scrape(port, "/readyz").status_code == 200)
+        wait_for(lambda: all(load_written(fake_kube, n) for n in NODES), timeout=20)
+        wait_for(lambda: scrape(port, "/readyz").status_code == 200, timeout=10.0)
         text = scrape(port, "/metrics").text
         assert metric_value(text, 'ballast_annotator_policy_reloads_total{result="ok"}') == 1
         assert holder(fake_kube) == "solo"
@@ -355,20 +360,21 @@ def test_a_changed_policy_file_is_taken_and_a_broken_one_refused(
         acquired = 'ballast_annotator_leadership_changes_total{event="acquired"}'
         leaderships = metric_value(text, acquired)
         policy.write_text(FAST_POLICY + "  predicate:\n    - {name: cpu_usage_avg_5m, maxLimitPecent: 0.5}\n")
-        assert wait_until(
+        wait_for(
             lambda: (
                 metric_value(
                     scrape(port, "/metrics").text, 'ballast_annotator_policy_reloads_total{result="ok"}'
                 )
                 == 2
-            )
+            ),
+            timeout=10.0,
         )
         time.sleep(1)
         assert metric_value(scrape(port, "/metrics").text, acquired) == leaderships
 
         # A broken file is refused: the annotator keeps running the last good policy and says so.
         policy.write_text("spec:\n  syncPolicy:\n    - {name: cpu_usage_avg_5m, period: -3s}\n")
-        assert wait_until(lambda: scrape(port, "/readyz").status_code == 503)
+        wait_for(lambda: scrape(port, "/readyz").status_code == 503, timeout=10.0)
         body = scrape(port, "/readyz").text
         assert "policy reload refused" in body and "period" in body
         text = scrape(port, "/metrics").text
@@ -376,8 +382,10 @@ def test_a_changed_policy_file_is_taken_and_a_broken_one_refused(
         assert metric_value(text, "ballast_annotator_policy_last_reload_ok ") == 0
         mem_queries = 'ballast_annotator_prometheus_queries_total{metric="mem_usage_avg_5m",result="ok"}'
         before = metric_value(text, mem_queries)
-        assert wait_until(lambda: metric_value(scrape(port, "/metrics").text, mem_queries) > before), (
-            "the last good policy (with mem_usage_avg_5m) stopped running"
+        wait_for(
+            lambda: metric_value(scrape(port, "/metrics").text, mem_queries) > before,
+            timeout=10.0,
+            what="the last good policy (with mem_usage_avg_5m) to keep running",
         )
     finally:
         assert replica.shutdown() == 0

@@ -77,7 +77,7 @@ class Extender:
     def start(self) -> None:
         assert self.cp.workdir
         self.starts += 1
-        argv = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", "extender",
+        argv = [sys.executable, "-m", "ballast", "extender",
                 "--host", "127.0.0.1", "--port", str(self.port), "--policy", str(POLICY),
                 "--kubeconfig", str(self.cp.kubeconfig), "--policy-poll", "0"]  # fmt: skip
         self.server = spawn(f"ballast-extender-{self.starts}", argv, self.cp.workdir, env=dict(os.environ))

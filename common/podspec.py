@@ -1,4 +1,4 @@
-"""What the CPU manager needs to know about a pod, read once from the pod's JSON when an event arrives.
+"""What the agent's CPU manager and the extender's NUMA accounting read from a pod's JSON, one way for both.
 
 - QoS class computed from the spec the way the kubelet does (``ComputePodQOS``), not taken from
   ``status.qosClass``: the status is written by the kubelet and lags, and the rule must be the kubelet's
@@ -7,8 +7,11 @@
   CPUs it qualifies for (the kubelet's ``guaranteedCPUs``: pod QoS Guaranteed, integer CPU request).
 - The pod-level exclusive CPU count (the kubelet's ``podGuaranteedCPUs``, sidecars included).
 - The container ids and running state from the status, runtime prefix (``containerd://``) stripped.
-- The two crane annotations, the cpu policy and the topology result, the latter parsed here (JSON and
-  shape only; whether its NUMA ids exist and its total matches is the policy's call).
+- The two crane annotations, the cpu policy and the topology result, the latter parsed by
+  ``common.topology_annotations`` (JSON and shape only; whether its NUMA ids exist and its total matches
+  is ``common.exclusive``'s call).
+- Whether a DaemonSet controls the pod (``is_daemonset_pod``: its controller ownerReference, the rule
+  the kubelet and kube-scheduler use); the extender neither estimates nor NUMA-places those pods.
 
 Everything here is pure and never raises on a malformed pod: problems are recorded on ``PodInfo`` and the
 affected containers simply do not qualify.
@@ -16,39 +19,32 @@ affected containers simply do not qualify.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
-import orjson
-
-from agent.quantity import QuantityError, parse_quantity
-from common.exclusive import CPUPolicy
+from common.quantity import QuantityError, parse_quantity
 from common.seal import SEAL_ANNOTATION
+from common.topology_annotations import (
+    CPU_POLICY_ANNOTATION,
+    TOPOLOGY_RESULT_ANNOTATION,
+    TopologyResult,
+    TopologyResultError,
+    parse_topology_result,
+)
 
 __all__ = [
-    "CPU_POLICY_ANNOTATION",
-    "TOPOLOGY_RESULT_ANNOTATION",
-    "CPUPolicy",
     "ContainerInfo",
     "ContainerKind",
     "ContainerStatus",
     "PodInfo",
     "QOSClass",
-    "TopologyResultError",
     "compute_qos",
+    "is_daemonset_pod",
     "parse_pod",
-    "parse_topology_result",
 ]
-
-CPU_POLICY_ANNOTATION = "topology.crane.io/cpu-policy"
-TOPOLOGY_RESULT_ANNOTATION = "topology.crane.io/topology-result"
-
-_MAX_RESULT_BYTES = 64 * 1024
-_ZONE_NAME = re.compile(r"node([0-9]{1,5})")
 
 
 class QOSClass(StrEnum):
@@ -83,10 +79,6 @@ class ContainerStatus:
     restart_count: int = 0
 
 
-class TopologyResultError(ValueError):
-    """A ``topology-result`` annotation that cannot be used; the message says why."""
-
-
 @dataclass(frozen=True)
 class PodInfo:
     uid: str
@@ -111,6 +103,10 @@ class PodInfo:
     """The ``topology-result`` annotation as written (what its seal covers)."""
     topology_result_seal: str | None = None
     """The ``ballast.io/topology-result-seal`` annotation (``common.seal``), ``None`` when absent."""
+    topology_result_memory: Mapping[int, int] = field(default_factory=dict)
+    """Memory bytes per NUMA id the topology result states (the extender counts it; the agent does not)."""
+    daemonset: bool = False
+    """A DaemonSet controls the pod (``is_daemonset_pod``)."""
     _by_name: Mapping[str, ContainerInfo] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -205,57 +201,6 @@ def compute_qos(resource_sets: list[tuple[dict[str, Fraction], dict[str, Fractio
     return QOSClass.BURSTABLE
 
 
-# --- the topology result ------------------------------------------------------------------------------
-
-
-def parse_topology_result(text: Any) -> tuple[tuple[int, int], ...]:
-    """``((numa id, cpus), ...)`` sorted by NUMA id from ``[{"name":"node0","type":"Node",
-    "resources":{"capacity":{"cpu":"4"}}}, ...]``. Raises ``TopologyResultError`` saying what is wrong.
-
-    Zone names must be ``node<N>`` (crane's ``BuildZoneName``), types ``Node``, CPU capacities whole
-    non-negative numbers; a zone may appear once. Zones with 0 CPUs are dropped.
-    """
-    if not isinstance(text, str):
-        raise TopologyResultError("annotation value is not a string")
-    if len(text) > _MAX_RESULT_BYTES:
-        raise TopologyResultError(f"annotation is {len(text)} bytes long")
-    try:
-        doc = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        raise TopologyResultError(f"not JSON: {e}") from None
-    if not isinstance(doc, list) or not doc:
-        raise TopologyResultError("expected a non-empty JSON list of zones")
-    zones: dict[int, int] = {}
-    for i, zone in enumerate(doc):
-        if not isinstance(zone, Mapping):
-            raise TopologyResultError(f"zone {i}: expected an object")
-        name = zone.get("name")
-        match = _ZONE_NAME.fullmatch(name) if isinstance(name, str) else None
-        if match is None:
-            raise TopologyResultError(f"zone {i}: name {name!r} is not 'node<N>'")
-        if zone.get("type", "Node") != "Node":
-            raise TopologyResultError(f"zone {name}: type {zone.get('type')!r} is not 'Node'")
-        numa = int(match.group(1))
-        if numa in zones:
-            raise TopologyResultError(f"zone {name} is listed twice")
-        resources = zone.get("resources")
-        capacity = resources.get("capacity") if isinstance(resources, Mapping) else None
-        cpu = capacity.get("cpu") if isinstance(capacity, Mapping) else None
-        if cpu is None:
-            raise TopologyResultError(f"zone {name}: no resources.capacity.cpu")
-        try:
-            value = parse_quantity(cpu)
-        except QuantityError as e:
-            raise TopologyResultError(f"zone {name}: {e}") from None
-        if value < 0 or value.denominator != 1:
-            raise TopologyResultError(f"zone {name}: cpu {cpu!r} is not a whole number of CPUs")
-        zones[numa] = int(value)
-    result = tuple(sorted((n, k) for n, k in zones.items() if k))
-    if not result:
-        raise TopologyResultError("no zone has any CPU")
-    return result
-
-
 # --- the pod ------------------------------------------------------------------------------------------
 
 
@@ -292,6 +237,16 @@ def _exclusive_cpus(requests: Mapping[str, Fraction], guaranteed: bool) -> int:
     if cpu is None or cpu <= 0 or cpu.denominator != 1:
         return 0
     return int(cpu)
+
+
+def is_daemonset_pod(meta: Any) -> bool:
+    """Whether a DaemonSet controls the pod: an ownerReference of kind DaemonSet with ``controller: true``
+    (the kubelet's and kube-scheduler's rule; an owner that is not the controller does not count)."""
+    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    return isinstance(owners, list) and any(
+        isinstance(o, Mapping) and o.get("kind") == "DaemonSet" and o.get("controller") is True
+        for o in owners
+    )
 
 
 def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
@@ -334,7 +289,7 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
     raw_policy = annotations.get(CPU_POLICY_ANNOTATION)
     raw_result = annotations.get(TOPOLOGY_RESULT_ANNOTATION)
     raw_seal = annotations.get(SEAL_ANNOTATION)
-    result: tuple[tuple[int, int], ...] | None = None
+    result: TopologyResult | None = None
     result_error: str | None = None
     if raw_result is not None:
         try:
@@ -358,10 +313,12 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
         containers=containers,
         statuses=_statuses(status),
         cpu_policy=raw_policy if isinstance(raw_policy, str) else None,
-        topology_result=result,
+        topology_result=result.cpus if result is not None else None,
         topology_result_error=result_error,
         problems=tuple(problems),
         topology_result_text=raw_result if isinstance(raw_result, str) else None,
         topology_result_seal=raw_seal if isinstance(raw_seal, str) else None,
+        topology_result_memory=result.memory if result is not None else {},
+        daemonset=is_daemonset_pod(meta),
         _by_name={c.name: c for c in containers},
     )

@@ -1,9 +1,11 @@
-"""``/healthz``, ``/readyz`` and ``/metrics`` of the annotator, plain HTTP from a daemon thread.
+"""``/healthz``, ``/readyz`` and ``/metrics`` over plain HTTP from a daemon thread: the annotator's and the
+agent's endpoint (the extender serves its own through FastAPI).
 
-- ``/healthz``: 200 while the main loop keeps turning (a stuck loop makes the kubelet restart the pod).
-- ``/readyz``: 200 once start-up checks passed and the watches listed; a standby replica is ready too
-  (readiness is not leadership).
-- ``/metrics``: the annotator's own registry.
+- ``/healthz``: 200 while ``healthy()`` says so (by default always: the process serves); the annotator
+  fails it when its main loop stops turning, so the kubelet restarts the pod.
+- ``/readyz``: 200 while ``ready()`` says so (the annotator: start-up checks passed and the watches
+  listed, leader or standby; the agent: the NodeResourceTopology was published); 503 with its reason else.
+- ``/metrics``: the program's own registry.
 """
 
 from __future__ import annotations
@@ -16,18 +18,31 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-__all__ = ["HealthServer"]
+__all__ = ["HealthServer", "Probe"]
 
-log = logging.getLogger("ballast.annotator.health")
+log = logging.getLogger("ballast.health")
 
 Probe = Callable[[], tuple[bool, str]]
+"""``(ok, why)``: the status and the body line (``"ok"`` when ``why`` is empty)."""
+
+
+def serving() -> tuple[bool, str]:
+    """The default ``/healthz``: the process answers, so it is alive."""
+    return True, "ok"
 
 
 class HealthServer:
-    """``port=0`` picks a free port (see ``.port``)."""
+    """``port=0`` picks a free port (see ``.port``); ``name`` names the serving thread."""
 
     def __init__(
-        self, host: str, port: int, registry: CollectorRegistry, *, healthy: Probe, ready: Probe
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry,
+        *,
+        ready: Probe,
+        healthy: Probe = serving,
+        name: str = "health",
     ) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -50,9 +65,22 @@ class HealthServer:
             def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: debug only
                 log.debug("health endpoint: " + format, *args)
 
+        self.name = name
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def serve(cls, host: str, port: int, registry: CollectorRegistry, **probes: Any) -> HealthServer | None:
+        """Started, its address logged; ``None`` (the error logged) when it cannot listen, which the callers
+        turn into exit code 1. ``probes``: ``ready``, ``healthy`` and ``name`` as for the constructor."""
+        try:
+            server = cls(host, port, registry, **probes).start()
+        except OSError as exc:
+            log.error("cannot serve health and metrics on %s:%d: %s", host, port, exc)
+            return None
+        log.info("health and metrics on http://%s:%d (/healthz, /readyz, /metrics)", host, server.port)
+        return server
 
     @property
     def port(self) -> int:
@@ -60,10 +88,7 @@ class HealthServer:
 
     def start(self) -> HealthServer:
         self._thread = threading.Thread(
-            target=self.server.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name="annotator-health",
-            daemon=True,
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name=self.name, daemon=True
         )
         self._thread.start()
         return self

@@ -1,0 +1,38 @@
+"""``ballast``: one command, a subcommand per program (extender, annotator, agent)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from agent import cli as agent_cli
+from app import __version__
+from app import cli as extender_cli
+from app.annotator import cli as annotator_cli
+from common.logs import setup_logging
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ballast",
+        description="Ballast: load-aware and topology-aware scheduling for Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"ballast {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    extender_cli.register(sub)
+    annotator_cli.register(sub)
+    agent_cli.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"))
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""What every ``ballast`` command's flags share: the help formatter, the flag types (durations, ports) and
+the logging flags (``add_common``), so flags read and fail one way in the extender, annotator and agent."""
+
+from __future__ import annotations
+
+import argparse
+
+from common.durations import parse_duration
+from common.logs import LEVELS
+
+__all__ = [
+    "HelpFormatter",
+    "add_common",
+    "duration",
+    "duration_or_off",
+    "non_negative_int",
+    "port",
+    "positive_int",
+    "positive_seconds",
+    "seconds",
+]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show defaults that say something: not None, False, empty, or ones the help already states."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.required or action.default in (None, False, "", []) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    """``--log-level`` and ``--log-format``, which ``common.logs.setup_logging`` takes."""
+    p.add_argument("--log-level", choices=LEVELS, default="info", help="log verbosity")
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text for people, json for log pipelines",
+    )
+
+
+def duration_or_off(text: str) -> float:
+    """A Go duration (``2s``, ``1m``, ``1h30m``) in seconds; zero (in any unit) means off."""
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def duration(text: str) -> float:
+    """A Go duration longer than zero, in seconds."""
+    value = duration_or_off(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration (``2s``, ``1m``, ``1h30m``); a plain number is seconds, as the extender's flags always
+    took."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = duration_or_off(text)
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return value
+
+
+def _integer(text: str, noun: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {noun}") from None
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 to 65535 (0: the caller disables the endpoint or lets the OS pick)."""
+    number = _integer(text, "port number")
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{number} is not a port number (0-65535)")
+    return number
+
+
+def positive_int(text: str) -> int:
+    value = _integer(text, "whole number")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _integer(text, "whole number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
+    return value

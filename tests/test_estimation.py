@@ -1,0 +1,55 @@
+"""The estimate formula, pure: ``max(request, limit) * factor`` (defaults when unset) and what the
+estimates on a node add per metric, ``(counted + incoming - minus) / allocatable``."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.annotations import Sample
+from app.estimation import Estimate, estimate_usage, extra, metric_plan, still_counted, units
+from app.nodestate import NodeLoad
+from app.podinfo import PodInfo
+from app.policy import Estimation, load_policy
+from tests.conftest import POLICY_FILE
+
+POLICY = load_policy(POLICY_FILE)
+NOW = 1_000_000.0
+MiB = 2**20
+
+
+def pod(cpu_req: int = 0, cpu_lim: int = 0, mem_req: int = 0, mem_lim: int = 0) -> PodInfo:
+    return PodInfo("ns", "p", "uid", False, cpu_req, cpu_lim, mem_req, mem_lim)
+
+
+@pytest.mark.parametrize(
+    ("info", "expected"),
+    [
+        (pod(), (250, 200 * MiB)),  # neither set: the defaults
+        (pod(cpu_req=1000), (850, 200 * MiB)),
+        (pod(cpu_req=1000, cpu_lim=2000), (1700, 200 * MiB)),  # the larger of request and limit
+        (pod(mem_req=100 * MiB, mem_lim=50 * MiB), (250, 70 * MiB)),
+    ],
+)
+def test_estimate_usage(info: PodInfo, expected: tuple[int, int]) -> None:
+    assert estimate_usage(info, Estimation()) == expected
+
+
+def test_extra_counts_pods_placed_after_the_measurement_until_their_ttl() -> None:
+    plan = metric_plan(POLICY)
+    cpu_metrics = [m for m, r, _ in plan if r == "cpu"]
+    assert cpu_metrics
+    metric = cpu_metrics[0]
+    ttl = next(t for m, _, t in plan if m == metric)
+    load = NodeLoad("n", {metric: Sample(0.5, NOW - ttl - 10)}, allocatable_cpu_milli=4000)
+    after = Estimate("a", "ns/a", "n", 1000, 0, NOW - 30)
+    before = Estimate("b", "ns/b", "n", 1000, 0, NOW - ttl - 20)  # already in the measurement
+    expired = Estimate("c", "ns/c", "n", 1000, 0, NOW - ttl - 1)  # after it, but past its TTL
+    counted = units(load, plan, [after, before, expired], NOW)
+    assert counted == {metric: 1000}
+    assert units(load, plan, [after], NOW, skip="a") == {}
+    incoming = Estimate("i", "ns/i", "", 500, 0, NOW, tentative=True)
+    ratios = extra(load, plan, counted, incoming, minus={"cpu": 300})
+    assert ratios == {metric: (1000 + 500 - 300) / 4000}
+    assert extra(NodeLoad("bare"), plan, {}, incoming) == {}  # no sample, nothing to add to
+    held = Estimate("h", "ns/h", "n", 1, 0, NOW - ttl - 20, tentative=True)
+    assert still_counted(load, plan, [after, before, expired, held], NOW) == [after, held]

@@ -227,7 +227,7 @@ class CPUManager:
                 state.flush()
             except StateWriteError as e:
                 self._write_failed(e)
-        self._update_gauges(active, decisions)
+        self._update_gauges(decisions)
         return result
 
     def _release_gone(self, active: Mapping[str, PodInfo], result: ReconcileResult) -> None:
@@ -379,7 +379,7 @@ class CPUManager:
         self._looked_up[key] = (cid, now)
         return ref.with_id(cid)
 
-    def _update_gauges(self, active: Mapping[str, PodInfo], decisions: Mapping[str, PodDecision]) -> None:
+    def _update_gauges(self, decisions: Mapping[str, PodDecision]) -> None:
         state = self._state
         assignments = state.get_assignments()
         assigned = CPUSet().union(*(c for ctrs in assignments.values() for c in ctrs.values()))

@@ -141,9 +141,8 @@ class Kube:
         query: Mapping[str, str] | None = None,
         body: Any = None,
         content_type: str | None = None,
-        timeout: float | None = None,
     ) -> dict[str, Any]:
-        resp = self._open(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        resp = self._open(method, path, query=query, body=body, content_type=content_type)
         data = resp.read()
         if not 200 <= resp.status < 300:
             raise _api_error(resp.status, resp.reason or "", data)

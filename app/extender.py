@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Protocol
 
@@ -249,6 +249,15 @@ class Extender:
         own = self.ledger.known(pod.uid) if pod.uid else None
         return own.node if own is not None else None
 
+    def _scored_exactly(self, pod: PodInfo, names: list[str], entries: Sequence[object | None]) -> set[str]:
+        """The candidates prioritize scores by the definition, not from the board: the node holding this
+        pod's own estimate (its hold must not count against it) and the names whose board ``entries``
+        are ``None`` (the board lacks them; pass no entries when it has them all)."""
+        exact = {n for n, e in zip(names, entries, strict=True) if e is None} if entries else set()
+        if (own := self._own_node(pod)) is not None:
+            exact.add(own)
+        return exact
+
     def _hold_single(self, pod: PodInfo, passing: list[str], now: float) -> None:
         """With one feasible node kube-scheduler skips prioritize: hold the estimate here instead."""
         if len(passing) == 1:
@@ -308,11 +317,7 @@ class Extender:
         entries = list(map(board.scored.get, names))  # C-level; None for names the board lacks
         lacking = None in entries
         values = [None if e is None else e[0] for e in entries] if lacking else list(map(_score_of, entries))
-        exact = set()
-        if (own := self._own_node(pod)) is not None:
-            exact.add(own)
-        if lacking:
-            exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
+        exact = self._scored_exactly(pod, names, entries if lacking else ())
         numa_pod = self.numa.request(pod_obj, pod) is not None
         if encoded and not numa_pod and len(exact) <= _FEW_EXACT:
             # The common case: every score is the board's standing one, already encoded per node, but for
@@ -357,11 +362,9 @@ class Extender:
         entries = list(map(board.projection.get, names))  # C-level; None for names the board lacks
         incoming = self.incoming(pod, now)
         cpu, mem = _size(incoming)
-        exact = set()
-        if (own := self._own_node(pod)) is not None:
-            exact.add(own)
-        if None in entries:
-            exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
+        lacking = None in entries
+        exact = self._scored_exactly(pod, names, entries if lacking else ())
+        if lacking:
             entries = [e if e is not None else _NO_PROJECTION for e in entries]
         if cpu or mem:
             loads = [None if b is None else b + cpu * c + mem * m for b, c, m in entries]

@@ -38,12 +38,12 @@ from typing import Any
 
 from agent.cpuset import CPUSet
 from agent.metrics import CPUManagerMetrics
-from agent.policy import AllocationError, PodDecision, StaticPolicy
+from agent.policy import AllocationError, StaticPolicy
 from agent.runtime import ContainerRef, ContainerRuntime, RuntimeCallError
 from agent.state import StateReader
 from agent.state_checkpoint import DEFAULT_STATE_PATH, CheckpointState, StateWriteError
 from agent.topology import CPUTopology
-from common.exclusive import CPUPolicy
+from common.exclusive import CPUPolicy, ExclusiveDecision
 from common.podspec import PodInfo, parse_pod
 
 __all__ = ["DEFAULT_RECONCILE_PERIOD", "DEFAULT_STATE_PATH", "CPUManager", "ReconcileResult"]
@@ -123,7 +123,7 @@ class CPUManager:
         self._reconcile_lock = threading.Lock()
         self._wake = threading.Event()
         self._pods: dict[str, PodInfo] = {}
-        self._decisions: dict[str, PodDecision] = {}
+        self._decisions: dict[str, ExclusiveDecision] = {}
         self._frozen: set[str] = set()  # pods with CPUs assigned: their decision no longer changes
         self._synced = False
         # reconcile-thread only:
@@ -227,7 +227,7 @@ class CPUManager:
                 state.flush()
             except StateWriteError as e:
                 self._write_failed(e)
-        self._update_gauges(active, decisions)
+        self._update_gauges(decisions)
         return result
 
     def _release_gone(self, active: Mapping[str, PodInfo], result: ReconcileResult) -> None:
@@ -243,7 +243,10 @@ class CPUManager:
             del self._alloc_failed[uid]
 
     def _allocate_new(
-        self, active: Mapping[str, PodInfo], decisions: Mapping[str, PodDecision], result: ReconcileResult
+        self,
+        active: Mapping[str, PodInfo],
+        decisions: Mapping[str, ExclusiveDecision],
+        result: ReconcileResult,
     ) -> None:
         state = self._state
         waiting = [
@@ -297,7 +300,10 @@ class CPUManager:
             )
 
     def _apply_cpusets(
-        self, active: Mapping[str, PodInfo], decisions: Mapping[str, PodDecision], result: ReconcileResult
+        self,
+        active: Mapping[str, PodInfo],
+        decisions: Mapping[str, ExclusiveDecision],
+        result: ReconcileResult,
     ) -> None:
         state = self._state
         policy = self.policy
@@ -379,7 +385,7 @@ class CPUManager:
         self._looked_up[key] = (cid, now)
         return ref.with_id(cid)
 
-    def _update_gauges(self, active: Mapping[str, PodInfo], decisions: Mapping[str, PodDecision]) -> None:
+    def _update_gauges(self, decisions: Mapping[str, ExclusiveDecision]) -> None:
         state = self._state
         assignments = state.get_assignments()
         assigned = CPUSet().union(*(c for ctrs in assignments.values() for c in ctrs.values()))
@@ -454,7 +460,7 @@ class CPUManager:
         """Container id -> cpuset last applied successfully."""
         return dict(self._applied)
 
-    def decision(self, pod_uid: str) -> PodDecision | None:
+    def decision(self, pod_uid: str) -> ExclusiveDecision | None:
         with self._lock:
             return self._decisions.get(pod_uid)
 

@@ -20,27 +20,17 @@ from agent.cpuset import CPUSet
 from agent.kubelet_config import KubeletSettings
 from agent.reserved import reserved_cpus
 from agent.topology import CPUTopology
+from common.nrt_api import API_VERSION, KIND
 from common.quantity import QuantityError, parse_quantity
 from common.topology_annotations import AWARENESS_KEY, parse_go_bool
 
 __all__ = [
-    "API_VERSION",
     "CPU_MANAGER_DISABLED_ATTRIBUTE",
-    "GROUP",
-    "KIND",
-    "PLURAL",
     "RESERVED_CPUS_ATTRIBUTE",
-    "VERSION",
     "build_nrt",
     "nrt_differs",
     "nrt_merge_patch",
 ]
-
-GROUP = "topology.crane.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "NodeResourceTopology"
-PLURAL = "noderesourcetopologies"
 
 RESERVED_CPUS_ATTRIBUTE = "go.crane.io/reserved-system-cpus"
 CPU_MANAGER_DISABLED_ATTRIBUTE = "ballast.io/cpu-manager-disabled-reason"

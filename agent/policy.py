@@ -31,7 +31,7 @@ pod sets its schedulerName, its nodeName (placing it without any scheduler) and 
 without a key a forged result on such a pod is honoured (docs/operators.md, "What the agent trusts").
 A result that is
 malformed, names NUMA nodes this machine lacks, or whose CPU total differs from the pod's exclusive CPU
-count is treated as absent and reported in ``PodDecision.rejected``. Without a (trusted) result the
+count is treated as absent and reported in ``ExclusiveDecision.rejected``. Without a (trusted) result the
 CPUs come from the whole machine, NUMA-packed.
 
 **Containers of a pod.** The pod-level set has ``PodInfo.exclusive_cpus`` CPUs (the kubelet's
@@ -50,20 +50,17 @@ from agent.cpu_assignment import NotEnoughCPUsError, take_by_topology
 from agent.cpuset import CPUSet
 from agent.state import POLICY_NAME, State, StateReader
 from agent.topology import CPUTopology
-from common.exclusive import CPUPolicy, decide_exclusive
+from common.exclusive import CPUPolicy, ExclusiveDecision, decide_exclusive
 from common.podspec import ContainerKind, PodInfo, QOSClass
 from common.seal import verify
 
 __all__ = [
     "Allocation",
     "AllocationError",
-    "PodDecision",
     "Release",
     "StateInvalidError",
     "StaticPolicy",
 ]
-
-_PINNING = (CPUPolicy.EXCLUSIVE, CPUPolicy.IMMOVABLE)
 
 
 class StateInvalidError(ValueError):
@@ -76,30 +73,6 @@ class AllocationError(Exception):
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
         super().__init__(message)
-
-
-@dataclass(frozen=True)
-class PodDecision:
-    """How the policy treats a pod, decided once from its spec and annotations."""
-
-    mode: CPUPolicy
-    """Effective mode: ``none`` when nothing is pinned (not Guaranteed, no whole-CPU container)."""
-    exclusive_cpus: int
-    zones: tuple[tuple[int, int], ...] | None
-    """Trusted, validated topology result ``((numa, cpus), ...)``, or ``None`` (whole machine)."""
-    rejected: tuple[str, str] | None = None
-    """``(reason, message)`` when a topology result was present but ignored; reasons:
-    ``untrusted-scheduler``, ``malformed``, ``unknown-numa``, ``cpu-mismatch``."""
-    note: str = ""
-
-    @property
-    def pins(self) -> bool:
-        """Whether the pod gets entries in the state (exclusive or immovable)."""
-        return self.mode in _PINNING
-
-    @property
-    def numa_ids(self) -> tuple[int, ...]:
-        return tuple(n for n, _ in self.zones) if self.zones else ()
 
 
 @dataclass(frozen=True)
@@ -164,9 +137,9 @@ class StaticPolicy:
         except ValueError:
             return self.default_policy
 
-    def decide(self, pod: PodInfo) -> PodDecision:
+    def decide(self, pod: PodInfo) -> ExclusiveDecision:
         """The shared rule (``common.exclusive``), so the extender counts exactly the pods pinned here."""
-        d = decide_exclusive(
+        return decide_exclusive(
             guaranteed=pod.qos is QOSClass.GUARANTEED,
             qos=str(pod.qos),
             exclusive_cpus=pod.exclusive_cpus,
@@ -182,7 +155,6 @@ class StaticPolicy:
                 self.result_key, pod.uid, pod.node_name, pod.topology_result_text, pod.topology_result_seal
             ),
         )
-        return PodDecision(d.mode, d.exclusive_cpus, d.zones, d.rejected, d.note)
 
     # --- pools --------------------------------------------------------------------------------------
 
@@ -209,7 +181,7 @@ class StaticPolicy:
         self,
         state: StateReader,
         pod: PodInfo,
-        decision: PodDecision,
+        decision: ExclusiveDecision,
         container: str,
         shared: CPUSet,
         numa_pools: dict[tuple[int, ...], CPUSet] | None = None,
@@ -233,7 +205,7 @@ class StaticPolicy:
 
     # --- allocation ---------------------------------------------------------------------------------
 
-    def allocate(self, state: StateReader, pod: PodInfo, decision: PodDecision) -> Allocation | None:
+    def allocate(self, state: StateReader, pod: PodInfo, decision: ExclusiveDecision) -> Allocation | None:
         """CPUs for a pod that pins (exclusive/immovable) and has none yet; ``None`` when nothing is to
         be done. Raises ``AllocationError`` when the CPUs are not free."""
         if not decision.pins or state.has_pod(pod.uid):

@@ -35,17 +35,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from agent.cpu_assignment import NotEnoughCPUsError
 from agent.cpuset import CPUSet
 from agent.kubelet_config import KubeletConfigError, KubeletSettings, load_kubelet_config, parse_configz
-from agent.nrt import (
-    API_VERSION,
-    CPU_MANAGER_DISABLED_ATTRIBUTE,
-    GROUP,
-    PLURAL,
-    build_nrt,
-    nrt_merge_patch,
-)
+from agent.nrt import CPU_MANAGER_DISABLED_ATTRIBUTE, build_nrt, nrt_merge_patch
 from agent.reserved import reserved_cpus
 from agent.topology import CPUTopology
 from common.kube import ApiError, Kube, path_for
+from common.nrt_api import API_VERSION, GROUP, PLURAL
 
 __all__ = [
     "CONFIGZ_REFRESH_SECONDS",

@@ -34,7 +34,7 @@ class Binder:
     def __init__(
         self,
         kube: Kube,
-        ledger: Ledger | None = None,
+        ledger: Ledger,
         clock: Callable[[], float] = time.time,
         pre_bind: list[PreBind] | None = None,
     ) -> None:
@@ -66,12 +66,12 @@ class Binder:
                     undo()
                 except Exception:
                     log.exception("bind %s: undoing a pre-bind step failed", who)
-            if self.ledger is not None and args.pod_uid:
+            if args.pod_uid:
                 self.ledger.drop_tentative(args.pod_uid)
             message = f"binding {who} failed: {exc}"
             log.warning("%s", message)
             return message
-        if self.ledger is not None and args.pod_uid:
+        if args.pod_uid:
             # The estimate moves from the tentative hold to the node really chosen, at bind time.
             self.ledger.bound(
                 None, args.pod_uid, args.node, self.clock(), f"{args.pod_namespace}/{args.pod_name}"

@@ -22,7 +22,6 @@ from app.bad_request import BadRequest
 from app.ledger import Ledger
 from app.nodestate import NodeLoad, parse_node
 from app.numa import (
-    NRT_PATH,
     NodeTopology,
     ZoneUsage,
     exclusive_zones,
@@ -32,6 +31,7 @@ from app.podinfo import PodInfo, pod_info
 from app.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.kube import Kube, Reflector
+from common.nrt_api import NRT_PATH
 from common.podspec import PodInfo as AgentPod
 from common.podspec import parse_pod
 from common.seal import SEAL_ANNOTATION, verify

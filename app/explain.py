@@ -59,7 +59,7 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
     rejection = None if pod.daemonset else check_node(load, policy, now, filter_extra)
     score = score_node(load, policy, now, score_extra, explain=True)
     hot = load.hot
-    estimates = ext.ledger.counted(load, now) if ext.ledger is not None else []
+    estimates = ext.ledger.counted(load, now)
     return {
         "name": load.name,
         "resourceVersion": load.resource_version,

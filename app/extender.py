@@ -7,15 +7,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Protocol
 
 import orjson
 
-from app import estimation
 from app.bad_request import BadRequest
-from app.estimation import Estimate, estimate_usage, metric_plan
+from app.estimation import Estimate, estimate_usage
 from app.ledger import Ledger
 from app.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.metrics import ExtenderMetrics
@@ -58,8 +57,8 @@ class Extender:
         self,
         store: PolicyStore,
         metrics: ExtenderMetrics,
-        source: NodeSource | None = None,
-        ledger: Ledger | None = None,
+        source: NodeSource | None,
+        ledger: Ledger,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -73,31 +72,36 @@ class Extender:
         ever sent."""
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
-        self.board: VerdictBoard | None = None
         self._rejected_children: dict[str, Any] = {}
         self.numa = NumaCheck(store, source, lambda count: self._rejected("numa").inc(count), clock)
         """The NUMA side of filter and prioritize; remembers what filter learnt for bind."""
         self._answering = threading.local()
         """Set while ``answering`` runs a verb in this thread: the board defers what the verb changes."""
-        self.request_board: VerdictBoard | None = None
+        self.request_board = self._new_board(self._parsed.get)
         """Standing verdicts of nodes seen in whole-node requests (updated when a resourceVersion changes)."""
-        if ledger is not None:
-            request_board = VerdictBoard(self._parsed.get, lambda: self.store.current, ledger)
-            self.request_board = request_board
-            ledger.listeners.append(lambda nodes: request_board.update(nodes, self.clock()))
-        if source is not None and ledger is not None:
-            board = VerdictBoard(source.node, lambda: self.store.current, ledger)
-            self.board = board
-            ledger.listeners.append(
+        self.board: VerdictBoard | None = None
+        """Standing verdicts of the cache's nodes (names mode); none without a cache."""
+        if source is not None:
+            board = self.board = self._new_board(source.node, deferrable=True)
+            source.node_listeners.append(self._node_changed)
+            board.rebuild(source.node_names(), clock())
+        store.on_change(self._policy_changed)
+
+    def _new_board(self, lookup: Callable[[str], NodeLoad | None], deferrable: bool = False) -> VerdictBoard:
+        """A verdict board over ``lookup``'s nodes that follows the ledger's estimates; a ``deferrable``
+        one takes in what a verb run by ``answering`` changes only at ``settle``."""
+        board = VerdictBoard(lookup, lambda: self.store.current, self.ledger)
+        if deferrable:
+            self.ledger.listeners.append(
                 lambda nodes: (
                     board.defer(nodes)
                     if getattr(self._answering, "on", False)
                     else board.update(nodes, self.clock())
                 )
             )
-            source.node_listeners.append(self._node_changed)
-            board.rebuild(source.node_names(), clock())
-        store.on_change(self._policy_changed)
+        else:
+            self.ledger.listeners.append(lambda nodes: board.update(nodes, self.clock()))
+        return board
 
     def answering(self, verb: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a verb whose changes to the names-mode board (its hold) wait for ``settle``: the HTTP layer
@@ -123,10 +127,8 @@ class Extender:
     def _policy_changed(self, policy: Policy) -> None:
         self._parsed.clear()
         self._parsed.drain_forgotten()  # the rebuild below drops them all from the board
-        if self.ledger is not None:
-            self.ledger.set_policy(policy)
-        if self.request_board is not None:
-            self.request_board.rebuild((), self.clock())
+        self.ledger.set_policy(policy)
+        self.request_board.rebuild((), self.clock())
         if self.board is not None and self.source is not None:
             self.board.rebuild(self.source.node_names(), self.clock())
 
@@ -142,9 +144,8 @@ class Extender:
             if load.bad:
                 self.metrics.count_bad(load)
             self._parsed[load.name] = load
-            if self.request_board is not None:
-                # Nodes the bound pushed out leave the board too (its lookup no longer finds them).
-                self.request_board.update((*self._parsed.drain_forgotten(), load.name), self.clock())
+            # Nodes the bound pushed out leave the board too (its lookup no longer finds them).
+            self.request_board.update((*self._parsed.drain_forgotten(), load.name), self.clock())
         return load
 
     def peek_object(self, node: dict[str, Any], policy: Policy) -> NodeLoad:
@@ -187,13 +188,9 @@ class Extender:
             )
 
     def incoming(self, pod: PodInfo, now: float) -> Estimate | None:
-        if self.ledger is None or pod.daemonset:
-            return None
-        return self.ledger.incoming(pod, now)
+        return None if pod.daemonset else self.ledger.incoming(pod, now)
 
     def extra(self, load: NodeLoad, now: float, incoming: Estimate | None, skip: str = ""):
-        if self.ledger is None:
-            return {}
         return self.ledger.extra(load, now, incoming, skip=skip or None)
 
     # -- verbs --------------------------------------------------------------------------------------
@@ -212,7 +209,6 @@ class Extender:
             if pod.daemonset:
                 passing_nodes = list(args.nodes)
             else:
-                assert self.request_board is not None
                 passed, failed = self._filter_from_board(
                     self.request_board, in_request.get, pod, names, incoming, policy, now
                 )
@@ -230,28 +226,15 @@ class Extender:
             return filter_result(nodes=passing_nodes, failed=failed)
         names = args.node_names or []
         self._seen["filter"].inc(len(names))
-        if self.source is None:
+        if self.board is None:
             self._names_only_without_cache()
             passing = list(names)
         elif pod.daemonset:
             passing = list(names)
         else:
-            passing = []
-            append = passing.append
-            for name in names if self.board is None else ():
-                load = self._from_name(name)
-                rejection = None
-                if load is not None:
-                    rejection = check_node(load, policy, now, self.extra(load, now, incoming))
-                if rejection is None:
-                    append(name)
-                else:
-                    failed[name] = rejection.reason
-                    self._rejected(rejection.metric).inc()
-            if self.board is not None:
-                passing, failed = self._filter_from_board(
-                    self.board, self._from_name, pod, names, incoming, policy, now
-                )
+            passing, failed = self._filter_from_board(
+                self.board, self._from_name, pod, names, incoming, policy, now
+            )
             numa_failed = self.numa.filter(args.pod, pod, passing, failed)
             if numa_failed:
                 passing = [n for n in passing if n not in numa_failed]
@@ -290,8 +273,17 @@ class Extender:
 
     def _own_node(self, pod: PodInfo) -> str | None:
         """The node holding this pod's own estimate (kube-scheduler asks again after a failed attempt)."""
-        own = self.ledger.known(pod.uid) if self.ledger is not None and pod.uid else None
+        own = self.ledger.known(pod.uid) if pod.uid else None
         return own.node if own is not None else None
+
+    def _scored_exactly(self, pod: PodInfo, names: list[str], entries: Sequence[object | None]) -> set[str]:
+        """The candidates prioritize scores by the definition, not from the board: the node holding this
+        pod's own estimate (its hold must not count against it) and the names whose board ``entries``
+        are ``None`` (the board lacks them; pass no entries when it has them all)."""
+        exact = {n for n, e in zip(names, entries, strict=True) if e is None} if entries else set()
+        if (own := self._own_node(pod)) is not None:
+            exact.add(own)
+        return exact
 
     def _hold_single(self, pod: PodInfo, passing: list[str], now: float) -> None:
         """With one feasible node kube-scheduler skips prioritize: hold the estimate here instead."""
@@ -307,31 +299,17 @@ class Extender:
             self._seen["prioritize"].inc(len(args.nodes))
             in_request = {load.name: load for load in (self._from_object(n, policy) for n in args.nodes)}
             names = [n["metadata"]["name"] for n in args.nodes]
-            assert self.request_board is not None
             return self._prioritize_from_board(
                 self.request_board, in_request.get, args.pod, pod, names, policy, now
             )
         names = args.node_names or []
         self._seen["prioritize"].inc(len(names))
-        if self.source is None:
+        if self.board is None:
             self._names_only_without_cache()
             return [{"Host": name, "Score": 0} for name in names]
-        if self.board is not None:
-            return self._prioritize_from_board(
-                self.board, self._from_name, args.pod, pod, names, policy, now, encoded
-            )
-        loads = [self._from_name(n) or NodeLoad(n) for n in names]
-        out: list[dict[str, Any]] = []
-        if policy.scoring == "relative":
-            incoming = self.incoming(pod, now)
-            after = [self._exact_load(lambda _n, x=x: x, x.name, pod, policy, now, incoming) for x in loads]
-            out = [{"Host": n, "Score": v} for n, v in zip(names, relative_scores(after), strict=True)]
-        for load in loads if policy.scoring != "relative" else ():
-            score = score_node(load, policy, now, self.extra(load, now, None, skip=pod.uid)).score
-            out.append({"Host": load.name, "Score": score})
-        self.numa.scores(args.pod, pod, out)
-        self._hold_best(pod, [e["Host"] for e in out], [e["Score"] for e in out], now)
-        return out
+        return self._prioritize_from_board(
+            self.board, self._from_name, args.pod, pod, names, policy, now, encoded
+        )
 
     def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
         """kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most likely
@@ -339,7 +317,7 @@ class Extender:
         bind arrives. kube-scheduler breaks a tie between equal scores by its own plugins, whose
         request-based scores favour the node with fewer pods: among a few tied candidates the hold goes
         to the one holding the fewest of Ballast's estimates (the first of those)."""
-        if self.ledger is None or not names or pod.daemonset:
+        if not names or pod.daemonset:
             return
         top = max(scores)
         best = scores.index(top)
@@ -366,11 +344,7 @@ class Extender:
         entries = list(map(board.scored.get, names))  # C-level; None for names the board lacks
         lacking = None in entries
         values = [None if e is None else e[0] for e in entries] if lacking else list(map(_score_of, entries))
-        exact = set()
-        if (own := self._own_node(pod)) is not None:
-            exact.add(own)
-        if lacking:
-            exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
+        exact = self._scored_exactly(pod, names, entries if lacking else ())
         numa_pod = self.numa.request(pod_obj, pod) is not None
         if encoded and not numa_pod and len(exact) <= _FEW_EXACT:
             # The common case: every score is the board's standing one, already encoded per node, but for
@@ -415,11 +389,9 @@ class Extender:
         entries = list(map(board.projection.get, names))  # C-level; None for names the board lacks
         incoming = self.incoming(pod, now)
         cpu, mem = _size(incoming)
-        exact = set()
-        if (own := self._own_node(pod)) is not None:
-            exact.add(own)
-        if None in entries:
-            exact.update(n for n, e in zip(names, entries, strict=True) if e is None)
+        lacking = None in entries
+        exact = self._scored_exactly(pod, names, entries if lacking else ())
+        if lacking:
             entries = [e if e is not None else _NO_PROJECTION for e in entries]
         if cpu or mem:
             loads = [None if b is None else b + cpu * c + mem * m for b, c, m in entries]
@@ -504,12 +476,7 @@ class Extender:
                 raise BadRequest(f"{field}.{node}.NumPDBViolations", "expected an integer")
             load = self.known_node(node)
             if load is not None and not pod.daemonset:
-                extra = (
-                    self.ledger.extra(load, now, incoming, minus=freed)
-                    if self.ledger is not None
-                    else estimation.extra(load, metric_plan(policy), {}, minus=freed)
-                )
-                rejection = check_node(load, policy, now, extra)
+                rejection = check_node(load, policy, now, self.ledger.extra(load, now, incoming, minus=freed))
                 if rejection is not None:
                     log.info(
                         "preempt: dropping %s, still overloaded after evicting victims: %s",

@@ -27,7 +27,6 @@ from common.podspec import QOSClass, parse_pod
 from common.quantity import QuantityError, format_cpu_milli, format_quantity, parse_bytes, parse_cpu_milli
 from common.topology_annotations import AWARENESS_KEY, parse_go_bool
 
-NRT_PATH = "/apis/topology.crane.io/v1alpha1/noderesourcetopologies"
 SINGLE_NUMA = "SingleNUMANodePodLevel"
 
 

@@ -33,6 +33,9 @@ PINNING = (CPUPolicy.EXCLUSIVE, CPUPolicy.IMMOVABLE)
 
 @dataclass(frozen=True)
 class ExclusiveDecision:
+    """How a pod holds CPUs, decided once from its spec and annotations (the agent pins by it, the
+    extender counts zones by it)."""
+
     mode: CPUPolicy
     """Effective mode: ``none`` when nothing is pinned (not Guaranteed, no whole-CPU container)."""
     exclusive_cpus: int
@@ -45,8 +48,13 @@ class ExclusiveDecision:
 
     @property
     def pins(self) -> bool:
-        """Whether the pod holds CPUs exclusively (exclusive or immovable)."""
+        """Whether the pod holds CPUs exclusively (exclusive or immovable): entries in the agent's state."""
         return self.mode in PINNING
+
+    @property
+    def numa_ids(self) -> tuple[int, ...]:
+        """The NUMA nodes of a trusted topology result; none without one."""
+        return tuple(n for n, _ in self.zones) if self.zones else ()
 
 
 def decide_exclusive(

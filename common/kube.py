@@ -2,16 +2,16 @@
 
 Two things live here because every Ballast program needs them:
 
-- ``Kube``: get/list/create/patch/post with dicts in and dicts out. It goes through the official client's
-  configuration, authentication and TLS (``ApiClient.param_serialize`` + ``call_api``) but skips its model
-  deserialisation, which costs far more than the decisions Ballast makes with the objects. Errors become
-  ``ApiError`` carrying the API server's ``Status`` (code, reason, message).
+- ``Kube``: get, list, create, replace, merge-patch and watch, dicts in and dicts out. It goes through the
+  official client's configuration, authentication and TLS (``ApiClient.param_serialize`` + ``call_api``)
+  but skips its model deserialisation, which costs far more than the decisions Ballast makes with the
+  objects. Errors become ``ApiError`` carrying the API server's ``Status`` (code, reason, message).
 - ``Reflector``: list + watch of one collection with resourceVersion, bookmarks, ``410 Gone`` -> relist,
   reconnects with capped exponential backoff and a periodic relist, feeding a handler. It is client-go's
   reflector in miniature; callers do their per-object parsing in the handler, when events arrive.
 
-Patches always name their content type: client v37 defaults every PATCH to ``json-patch+json``, which a
-merge-patch body would violate.
+Patches name their content type (merge-patch): client v37 defaults every PATCH to ``json-patch+json``,
+which a merge-patch body would violate.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from kubernetes.client.exceptions import ApiException
 log = logging.getLogger("ballast.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 
 
 class KubeConfigError(RuntimeError):
@@ -142,9 +141,8 @@ class Kube:
         query: Mapping[str, str] | None = None,
         body: Any = None,
         content_type: str | None = None,
-        timeout: float | None = None,
     ) -> dict[str, Any]:
-        resp = self._open(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        resp = self._open(method, path, query=query, body=body, content_type=content_type)
         data = resp.read()
         if not 200 <= resp.status < 300:
             raise _api_error(resp.status, resp.reason or "", data)
@@ -167,12 +165,6 @@ class Kube:
 
     def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
-
-    def json_patch(self, path: str, ops: list[Mapping[str, Any]]) -> dict[str, Any]:
-        return self.request("PATCH", path, body=ops, content_type=JSON_PATCH)
-
-    def delete(self, path: str) -> dict[str, Any]:
-        return self.request("DELETE", path)
 
     def list_all(
         self, path: str, params: Mapping[str, str] | None = None, page: int = 500

@@ -26,6 +26,7 @@ from app.wire import ExtenderArgs
 from bench.spread import cv, water_fill
 from tests.conftest import POLICY_FILE
 from tests.node_source import StaticSource
+from tests.oracle import Oracle
 
 RELATIVE = load_policy(POLICY_FILE)
 CRANE = dataclasses.replace(RELATIVE, scoring="crane")
@@ -58,8 +59,8 @@ def extender(loads: dict[str, NodeLoad], policy) -> Extender:
     )
 
 
-def scores(ext: Extender, names: list[str], i: int = 0) -> dict[str, int]:
-    answer = ext.prioritize(ExtenderArgs(pod(i), None, names), encoded=True)
+def scores(ext: Extender, names: list[str], i: int = 0, encoded: bool = True) -> dict[str, int]:
+    answer = ext.prioritize(ExtenderArgs(pod(i), None, names), encoded=encoded)
     parsed = orjson.loads(answer) if isinstance(answer, bytes) else answer
     return {h["Host"]: h["Score"] for h in parsed}
 
@@ -161,20 +162,26 @@ def test_scoring_is_a_validated_policy_field() -> None:
     assert any(p == "spec.scoring" and "relative, crane" in r for p, r in exc.value.problems)
 
 
-@pytest.mark.parametrize("board", [True, False])
-def test_a_tie_at_the_top_is_held_where_kube_scheduler_goes(board: bool) -> None:
+@pytest.mark.parametrize("encoded", [True, False])
+def test_a_tie_at_the_top_is_held_where_kube_scheduler_goes(encoded: bool) -> None:
     """Equal scores are kube-scheduler's to break, by its request-based plugins: fewer pods win. The hold
     goes to the tied candidate with the fewest of Ballast's estimates, so the next pod sees this one where
-    it will land (the first of the tied candidates had a pod already)."""
+    it will land (the first of the tied candidates had a pod already). The oracle (the definition, node
+    by node) agrees."""
     loads = {"a": make_node("a", 0.30), "b": make_node("b", 0.35), "c": make_node("c", 0.50)}
     ext = extender(loads, RELATIVE)
-    if not board:
-        ext.board = None  # the per-node exact path
-    assert ext.ledger is not None
-    ext.ledger.bound(None, "earlier", "a", NOW, size=(400, 0))  # a: 0.30 + 0.4 cores / 4 * cpu's half
-    assert scores(ext, ["a", "b", "c"]) == {"a": 10, "b": 10, "c": 0}
-    held = ext.ledger.known("u0")
-    assert held is not None and held.node == "b"
+    oracle = Oracle(loads, RELATIVE, NOW)
+    for ledger in (ext.ledger, oracle.ledger):
+        ledger.bound(None, "earlier", "a", NOW, size=(400, 0))  # a: 0.30 + 0.4 cores / 4 * cpu's half
+    assert scores(ext, ["a", "b", "c"], encoded=encoded) == {"a": 10, "b": 10, "c": 0}
+    assert oracle.prioritize(pod(0), ["a", "b", "c"]) == [
+        {"Host": "a", "Score": 10},
+        {"Host": "b", "Score": 10},
+        {"Host": "c", "Score": 0},
+    ]
+    for ledger in (ext.ledger, oracle.ledger):
+        held = ledger.known("u0")
+        assert held is not None and held.node == "b"
 
 
 # -- a burst, simulated ------------------------------------------------------------------------------

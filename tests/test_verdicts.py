@@ -1,4 +1,5 @@
-"""The verdict board is an optimisation: it must give exactly what check_node/score_node give."""
+"""The verdict board is an optimisation: it must give exactly what check_node/score_node give (directly, and
+through the extender against ``tests.oracle``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from app.verdicts import UNSURE, VerdictBoard, derive, judge
 from app.wire import ExtenderArgs
 from tests.conftest import POLICY_FILE
 from tests.node_source import StaticSource
+from tests.oracle import Oracle
 
 POLICY = load_policy(POLICY_FILE)
 NOW = 1_800_000_000.0
@@ -100,29 +102,26 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @pytest.mark.parametrize("deferred", [False, True], ids=["settled", "deferred"])
 @pytest.mark.parametrize("scoring", ["relative", "crane"])
-def test_board_filter_and_prioritize_equal_exact_path(scoring, deferred, specs, pods, changes) -> None:
-    """A burst through the board-backed extender answers exactly as the per-node exact path would: each
-    pod asked twice (the second time the board's memo answers, and the pod's own hold is scored
-    exactly), with nodes changing between pods (a changed node must leave the memo). ``deferred``: the
-    verbs run as the HTTP layer runs them (``answering``: the board takes in their holds at ``settle``,
-    here only after every seventh answer, so reads meet nodes still pending)."""
+def test_board_filter_and_prioritize_equal_the_oracle(scoring, deferred, specs, pods, changes) -> None:
+    """A burst through the board-backed extender answers exactly as the definition, node by node
+    (``tests.oracle``): each pod asked twice (the second time the board's memo answers, and the pod's own
+    hold is scored exactly), with nodes changing between pods (a changed node must leave the memo).
+    ``deferred``: the verbs run as the HTTP layer runs them (``answering``: the board takes in their holds
+    at ``settle``, here only after every seventh answer, so reads meet nodes still pending)."""
     policy = dataclasses.replace(POLICY, scoring=scoring)
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     names = [*loads, "unknown"]
     fast = Extender(
         PolicyStore(policy), ExtenderMetrics(), StaticSource(loads), Ledger(policy, lambda: NOW), lambda: NOW
     )
-    slow = Extender(
-        PolicyStore(policy), ExtenderMetrics(), StaticSource(loads), Ledger(policy, lambda: NOW), lambda: NOW
-    )
-    slow.board = None  # the per-node exact path
+    oracle = Oracle(loads, policy, NOW)
+    calls = 0
     for i, (cpu, mem) in enumerate(pods):
         pod = {
             "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"},
             "spec": {"containers": [{"resources": {"requests": {"cpu": f"{cpu}m", "memory": str(mem)}}}]},
         }
         args = ExtenderArgs(pod, None, names)
-        calls = 0
 
         def ask(verb, *a, **kw):
             nonlocal calls
@@ -135,8 +134,8 @@ def test_board_filter_and_prioritize_equal_exact_path(scoring, deferred, specs, 
             return answer
 
         for _ in range(2):
-            assert ask(fast.filter, args) == slow.filter(args)
-            expected = slow.prioritize(args)
+            assert ask(fast.filter, args) == oracle.filter(pod, names)
+            expected = oracle.prioritize(pod, names)
             assert decoded(ask(fast.prioritize, args, encoded=True)) == expected
             assert ask(fast.prioritize, args) == expected  # the board's unencoded path (names it lacks too)
         if i < len(changes):
@@ -176,30 +175,26 @@ def node_object(name: str, spec: dict, rv: str) -> dict:
 
 @given(specs=st.lists(node_st, min_size=1, max_size=10), pods=st.lists(pod_st, min_size=1, max_size=5))
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
-def test_whole_node_mode_equals_exact_path(specs, pods) -> None:
-    """Whole-node requests go through the request board; verdicts, reasons and scores equal the exact path."""
+def test_whole_node_mode_equals_the_oracle(specs, pods) -> None:
+    """Whole-node requests go through the request board; verdicts, reasons and scores equal the
+    definition (``tests.oracle``)."""
     objects = [node_object(f"n{i}", s, str(i + 1)) for i, s in enumerate(specs)]
     loads = {o["metadata"]["name"]: parse_node(o, POLICY, NOW) for o in objects}
     fast = Extender(PolicyStore(POLICY), ExtenderMetrics(), None, Ledger(POLICY, lambda: NOW), lambda: NOW)
-    slow = Extender(
-        PolicyStore(POLICY), ExtenderMetrics(), StaticSource(loads), Ledger(POLICY, lambda: NOW), lambda: NOW
-    )
-    slow.board = None
+    oracle = Oracle(loads, POLICY, NOW)
     for i, (cpu, mem) in enumerate(pods):
         pod = {
             "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"},
             "spec": {"containers": [{"resources": {"requests": {"cpu": f"{cpu}m", "memory": str(mem)}}}]},
         }
         a = fast.filter(ExtenderArgs(pod, objects, None))
-        b = slow.filter(ExtenderArgs(pod, None, list(loads)))
+        b = oracle.filter(pod, list(loads))
         assert a["FailedNodes"] == b["FailedNodes"]
         assert [n["metadata"]["name"] for n in a["Nodes"]["items"]] == b["NodeNames"]
         assert all(
             n is objects[int(n["metadata"]["name"][1:])] for n in a["Nodes"]["items"]
         )  # unchanged objects
-        assert fast.prioritize(ExtenderArgs(pod, objects, None)) == slow.prioritize(
-            ExtenderArgs(pod, None, list(loads))
-        )
+        assert fast.prioritize(ExtenderArgs(pod, objects, None)) == oracle.prioritize(pod, list(loads))
 
 
 def test_memo_never_keeps_a_verdict_older_than_the_node() -> None:

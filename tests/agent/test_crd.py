@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from agent.kubelet_config import parse_kubelet_config
-from agent.nrt import API_VERSION, GROUP, KIND, PLURAL, VERSION, build_nrt
+from agent.nrt import build_nrt
 from agent.topology import CPUTopology, NUMANode
+from common.nrt_api import API_VERSION, GROUP, KIND, NRT_PATH, PLURAL, VERSION
 
 CRD_FILE = Path(__file__).resolve().parents[2] / "scheduler_config" / "crd-noderesourcetopology.yaml"
 
@@ -71,6 +72,7 @@ def test_names_scope_and_version(crd: dict[str, Any]) -> None:
     [version] = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == (VERSION, True, True)
     assert f"{GROUP}/{VERSION}" == API_VERSION
+    assert f"/apis/{spec['group']}/{version['name']}/{spec['names']['plural']}" == NRT_PATH
     assert version["subresources"] == {}
 
 

@@ -1,0 +1,15 @@
+"""Where the NodeResourceTopology lives in the API: crane's CRD
+(``scheduler_config/crd-noderesourcetopology.yaml``), cluster-scoped, one object per node named after it.
+The agent writes it (``agent.publisher``), the extender watches it (``app.cache``); both take its
+coordinates from here (``tests/agent/test_crd.py`` checks them against the manifest).
+"""
+
+from __future__ import annotations
+
+GROUP = "topology.crane.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "NodeResourceTopology"
+PLURAL = "noderesourcetopologies"
+NRT_PATH = f"/apis/{API_VERSION}/{PLURAL}"
+"""The collection's REST path; ``f"{NRT_PATH}/{node}"`` is one node's object."""

@@ -82,8 +82,14 @@ def metric_plan(policy: Policy) -> MetricPlan:
 
 def counts(e: Estimate, measured_at: float, ttl: float, now: float) -> bool:
     """Whether an estimate still adds to a metric measured at ``measured_at``: the pod was placed after
-    the measurement and the estimate has not outlived its TTL."""
-    return e.at > measured_at and e.at + ttl > now
+    the measurement and the estimate has not outlived its TTL.
+
+    A pod placed in the same second as the measurement counts: annotations carry whole seconds, and so
+    does a pod's ``PodScheduled`` time (what the pod watch records when Ballast did not bind it), so a pod
+    bound at 10:00:00.4 after a measurement stamped 10:00:00 reads as placed at 10:00:00. A measurement
+    (an average over minutes, evaluated before it was stamped) cannot include a pod bound that second;
+    dropping its estimate made a burst right after a new measurement pile onto the nodes it filled."""
+    return e.at >= measured_at and e.at + ttl > now
 
 
 def units(

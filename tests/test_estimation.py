@@ -53,3 +53,16 @@ def test_extra_counts_pods_placed_after_the_measurement_until_their_ttl() -> Non
     assert extra(NodeLoad("bare"), plan, {}, incoming) == {}  # no sample, nothing to add to
     held = Estimate("h", "ns/h", "n", 1, 0, NOW - ttl - 20, tentative=True)
     assert still_counted(load, plan, [after, before, expired, held], NOW) == [after, held]
+
+
+def test_a_pod_placed_in_the_second_of_the_measurement_counts() -> None:
+    """Annotations and ``PodScheduled`` times are whole seconds: a pod bound at 10:00:00.4 after a
+    measurement stamped 10:00:00 reads as bound at 10:00:00, and the measurement cannot include it."""
+    plan = metric_plan(POLICY)
+    metric, _, ttl = next(row for row in plan if row[1] == "cpu")
+    stamped = NOW - 60
+    load = NodeLoad("n", {metric: Sample(0.5, stamped)}, allocatable_cpu_milli=4000)
+    same_second = Estimate("s", "ns/s", "n", 1000, 0, stamped)
+    second_before = Estimate("b", "ns/b", "n", 1000, 0, stamped - 1)
+    assert units(load, plan, [same_second, second_before], NOW) == {metric: 1000}
+    assert still_counted(load, plan, [same_second, second_before], NOW) == [same_second]

@@ -59,7 +59,7 @@ def test_a_pod_placed_in_the_second_of_the_measurement_counts() -> None:
     """Annotations and ``PodScheduled`` times are whole seconds: a pod bound at 10:00:00.4 after a
     measurement stamped 10:00:00 reads as bound at 10:00:00, and the measurement cannot include it."""
     plan = metric_plan(POLICY)
-    metric, _, ttl = next(row for row in plan if row[1] == "cpu")
+    metric = next(m for m, resource, _ in plan if resource == "cpu")
     stamped = NOW - 60
     load = NodeLoad("n", {metric: Sample(0.5, stamped)}, allocatable_cpu_milli=4000)
     same_second = Estimate("s", "ns/s", "n", 1000, 0, stamped)

@@ -54,8 +54,8 @@ class PodRecord:
     annotations: Mapping[str, str]
     scheduler: str
     spec: AgentPod | None = None
-    """The pod as the agent reads it (QoS, exclusive CPUs, topology result), for NUMA zone usage; the watch
-    keeps it only for pods with a topology result (``pod_record``)."""
+    """The pod as the agent reads it (QoS, exclusive CPUs, topology result), for NUMA zone usage; kept only
+    for pods with a topology result (``pod_record``)."""
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -88,10 +88,10 @@ def _rfc3339(text: Any) -> float | None:
         return None
 
 
-def pod_record(pod: Mapping[str, Any], *, every_spec: bool = True) -> PodRecord | None:
-    """The pod as the cache keeps it. With ``every_spec=False`` (the watch) the agent's reading of the pod
-    (``spec``) is kept only for a pod with a topology result: zone usage counts no other pod, and reading
-    the containers again for each of them would cost a third of every pod event."""
+def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
+    """The pod as the cache keeps it. The agent's reading of the pod (``spec``) is kept only for a pod with
+    a topology result: zone usage counts no other pod, and reading the containers again for each of them
+    would cost a third of every pod event."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     uid = meta.get("uid")
@@ -121,12 +121,8 @@ def pod_record(pod: Mapping[str, Any], *, every_spec: bool = True) -> PodRecord 
         scheduled_at=scheduled,
         annotations=dict(annotations),
         scheduler=str(spec.get("schedulerName") or ""),
-        spec=parse_pod(pod) if every_spec or TOPOLOGY_RESULT_ANNOTATION in annotations else None,
+        spec=parse_pod(pod) if TOPOLOGY_RESULT_ANNOTATION in annotations else None,
     )
-
-
-def _watched(pod: Mapping[str, Any]) -> PodRecord | None:
-    return pod_record(pod, every_spec=False)
 
 
 def _each(what: str, objects: Iterable[Any], build: Callable[[Any], Any]) -> Iterator[Any]:
@@ -186,7 +182,7 @@ class _Pods:
         self.cache = cache
 
     def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
-        records = {r.uid: r for r in _each("pods", objects, _watched) if r is not None}
+        records = {r.uid: r for r in _each("pods", objects, pod_record) if r is not None}
         with self.cache.lock:
             gone = set(self.cache.pods) - set(records)
             old = self.cache.pods
@@ -216,7 +212,7 @@ class _Pods:
         # A pod that leaves needs only its uid and node: reading its resources, containers and topology
         # result (``pod_record``) would cost as much as the rest of the event, once per deleted pod.
         uid = str(meta["uid"])
-        record = None if gone else _watched(obj)
+        record = None if gone else pod_record(obj)
         with self.cache.lock:
             old = self.cache.pods.get(uid)
             self.cache.usage.pop(node, None)

@@ -18,14 +18,18 @@ from app.cache import pod_record
 from app.numa import exclusive_zones, numa_request, parse_nrt
 from app.podinfo import pod_info
 from common.podspec import parse_pod
-from common.topology_annotations import parse_topology_result, render_topology_result
+from common.topology_annotations import (
+    TOPOLOGY_RESULT_ANNOTATION,
+    parse_topology_result,
+    render_topology_result,
+)
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
 from tests.conftest import wait_for
 from tests.fakekube import make_nrt
 from tests.test_numa import N1, guaranteed, numa, zones  # noqa: F401 (numa is a fixture)
 
 TRUSTED = "ballast-scheduler"
-RESULT = "topology.crane.io/topology-result"
+RESULT = TOPOLOGY_RESULT_ANNOTATION
 
 
 def forged(name: str) -> dict:
@@ -131,8 +135,10 @@ def test_extender_and_agent_agree_on_exclusive_zones(pod: dict) -> None:
         else None
     )
     record = pod_record(pod)
-    assert record is not None and record.spec is not None
-    got = exclusive_zones(record.spec, NRT, frozenset([TRUSTED]))
+    assert record is not None
+    # The cache reads a pod as the agent does only when it carries a result; without one it holds none.
+    assert (record.spec is not None) == (RESULT in pod["metadata"]["annotations"])
+    got = exclusive_zones(record.spec, NRT, frozenset([TRUSTED])) if record.spec is not None else None
     extender_zones = sorted((z, cpu) for z, cpu, _mem in got) if got is not None else None
     assert extender_zones == agent_zones
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,30 +30,23 @@ class PodInfo:
 
 
 _MEMO_CAP = 4096
-_cpu_memo: dict[str, int] = {}
-_memory_memo: dict[str, int] = {}
 
 
-def _memo(parse: Any, memo: dict[str, int]) -> Any:
+def _memo(parse: Callable[[Any], int]) -> Callable[[Any], int]:
     """``parse`` remembered per quantity string: pods repeat a handful of them ("50m", "64Mi"), and exact
     parsing (fractions) costs more than the rest of a request's pod reading. Invalid text raises as
-    before and is not remembered; at the cap nothing more is added."""
+    before and is not remembered (``lru_cache`` keeps no exceptions); anything but a string is parsed
+    as it comes (it may not be hashable)."""
+    cached = functools.lru_cache(maxsize=_MEMO_CAP)(parse)
 
     def parsed(text: Any) -> int:
-        if type(text) is not str:
-            return parse(text)
-        value = memo.get(text)
-        if value is None:
-            value = parse(text)
-            if len(memo) < _MEMO_CAP:
-                memo[text] = value
-        return value
+        return cached(text) if type(text) is str else parse(text)
 
     return parsed
 
 
-_cpu_milli = _memo(cpu_milli, _cpu_memo)
-_memory_bytes = _memo(memory_bytes, _memory_memo)
+_cpu_milli = _memo(cpu_milli)
+_memory_bytes = _memo(memory_bytes)
 
 
 def _resources(containers: Any, field: str) -> list[tuple[int, int, int, int]]:

@@ -96,9 +96,17 @@ class Verb:
 
 async def _run(request: Request, verb: Verb) -> Response:
     response = await answer(services(request), request, verb)
-    if verb.after is not None:
-        verb.after()
+    _after(verb)
     return response
+
+
+def _after(verb: Verb) -> None:
+    """Run the verb's work that waits for its answer; a fault there is logged, never a second answer."""
+    if verb.after is not None:
+        try:
+            verb.after()
+        except Exception:
+            log.exception("%s: work after the answer failed", verb.name)
 
 
 async def answer(svc: Services, request: Request, verb: Verb) -> Response:
@@ -228,11 +236,7 @@ class VerbFastPath:
         try:
             await response(scope, receive, send)
         finally:
-            if verb.after is not None:
-                try:
-                    verb.after()
-                except Exception:  # the answer is out; a fault here must not become a second one
-                    log.exception("%s: work after the answer failed", verb.name)
+            _after(verb)
 
 
 @_verb(

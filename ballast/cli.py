@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from agent import cli as agent_cli
 from app import __version__
-from app import cli as extender_cli
 from app.annotator import cli as annotator_cli
+from app.extender import cli as extender_cli
 from common.logs import setup_logging
 
 

@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.annotations import HOT_VALUE_KEY, format_load
 from app.annotator.bindings import Binding, BindingRecords
 from app.annotator.controller import Annotator, KubeNodeWriter
 from app.annotator.prometheus import PrometheusClient, PrometheusConfig
 from app.annotator.sources import NodeIndex, PodBindings
-from app.policy import load_policy
+from app.model.annotations import HOT_VALUE_KEY, format_load
+from app.model.policy import load_policy
 from common.kube import Kube
 from tests.annotator.helpers import add_node, stamp
 from tests.annotator.prom import CountingProxy, PrometheusServer, Series

@@ -5,7 +5,7 @@ pods (500m, 1Gi) created at once, kube-scheduler wired as ``scheduler-config-nod
 (names mode, filter + prioritize + bind), and again without the bind verb (kube-scheduler binds itself and
 Ballast learns each placement from its pod watch, later: meanwhile only prioritize's hold says where the
 pod went). Afterwards, per node, the projected load Ballast ranks by
-(``app.load.projected_load``: annotated + the estimates of the pods bound there) and whether
+(``app.model.load.projected_load``: annotated + the estimates of the pods bound there) and whether
 ``cpu_usage_avg_5m`` plus estimates ends over its limit. Compared with ideal greedy water-filling (each pod
 to the node with the least projected load after it, among nodes it keeps under the limit). Both scorings
 are run, alternating: the default ``relative`` and ``crane``, each with and without bind.
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import yaml
 
-from app.estimation import estimate_usage
-from app.podinfo import pod_info
-from app.policy import load_policy
+from app.model.estimation import estimate_usage
+from app.model.podinfo import pod_info
+from app.model.policy import load_policy
 from bench.cluster_bench import POLICY, SCHEDULER, Api, create_nodes, drain, refresh_loads, scheduler_config
 from bench.harness import ballast_cmd, free_port, serve
 from bench.spread import cv

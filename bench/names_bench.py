@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from app.annotations import format_load
+from app.model.annotations import format_load
 from bench.harness import Timing, ballast_cmd, echo_cmd, free_port, measure, serve
 from bench.nodes import make_nodes, pod
 from tests.fakekube import FakeKube

@@ -33,5 +33,5 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # The extender logs its own access line (app.api.access); uvicorn's would double every call.
+    # The extender logs its own access line (app.extender.api.access); uvicorn's would double every call.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)

@@ -1,6 +1,6 @@
 """Where the NodeResourceTopology lives in the API: crane's CRD
 (``scheduler_config/crd-noderesourcetopology.yaml``), cluster-scoped, one object per node named after it.
-The agent writes it (``agent.publisher``), the extender watches it (``app.cache``); both take its
+The agent writes it (``agent.publisher``), the extender watches it (``app.extender.cache``); both take its
 coordinates from here (``tests/agent/test_crd.py`` checks them against the manifest).
 """
 

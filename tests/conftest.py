@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from app.policy import Policy, load_policy
+from app.model.policy import Policy, load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY_FILE = ROOT / "scheduler_config" / "policy.yaml"

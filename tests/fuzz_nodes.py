@@ -27,9 +27,9 @@ from urllib.parse import quote
 
 from fastapi.testclient import TestClient
 
-from app.annotations import format_timestamp
-from app.main import create_app
-from app.policy import load_policy
+from app.extender.main import create_app
+from app.model.annotations import format_timestamp
+from app.model.policy import load_policy
 from common.kube import Kube
 from tests.conftest import CAPTURE_TIME, FIXTURES, POLICY_FILE, read_fixture
 

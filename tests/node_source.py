@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from app.nodestate import NodeLoad
-from app.numa import NodeTopology, ZoneUsage
-from app.podinfo import PodInfo
+from app.extender.numa import NodeTopology, ZoneUsage
+from app.model.nodestate import NodeLoad
+from app.model.podinfo import PodInfo
 
 
 class StaticSource:

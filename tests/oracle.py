@@ -2,8 +2,8 @@
 checked against (``tests/test_verdicts.py``, ``tests/test_scoring.py``).
 
 The extender answers names-mode and whole-node requests from precomputed verdicts
-(``app.verdicts.VerdictBoard``); this computes the same answers the slow, obvious way, from the pure
-functions of ``app.load`` and the ledger's estimates: every node checked with ``check_node`` (the pod's
+(``app.model.verdicts.VerdictBoard``); this computes the same answers the slow, obvious way, from the pure
+functions of ``app.model.load`` and the ledger's estimates: every node checked with ``check_node`` (the pod's
 estimate added), scored with ``score_node`` or ranked by ``projected_load`` and ``relative_scores`` (the
 pod's own hold skipped), a node Ballast does not know passes and scores 0. Like the extender it holds the
 pod's estimate where kube-scheduler will most likely put it, in its own ledger, so a burst through the
@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.extender import _FEW_TIED
-from app.ledger import Ledger
-from app.load import check_node, projected_load, relative_scores, score_node
-from app.nodestate import NodeLoad
-from app.podinfo import PodInfo, pod_info
-from app.policy import Policy
-from app.wire import filter_result
+from app.extender.extender import _FEW_TIED
+from app.extender.wire import filter_result
+from app.model.ledger import Ledger
+from app.model.load import check_node, projected_load, relative_scores, score_node
+from app.model.nodestate import NodeLoad
+from app.model.podinfo import PodInfo, pod_info
+from app.model.policy import Policy
 
 
 class Oracle:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.policy import load_policy
+from app.extender.main import create_app
+from app.model.policy import load_policy
 from tests.conftest import CAPTURE_TIME, POLICY_FILE, fixture_files, read_fixture
 
 
@@ -229,8 +229,8 @@ def test_captured_requests_ship_with_the_repo() -> None:
 
 
 def test_the_fast_path_answers_as_the_routes_do() -> None:
-    """kube-scheduler's verbs enter through ``app.api.verbs.VerbFastPath``; the FastAPI routes (which a
-    mounted app, with a root path, still goes through) give the same statuses, answers and counts."""
+    """kube-scheduler's verbs enter through ``app.extender.api.verbs.VerbFastPath``; the FastAPI routes
+    (which a mounted app, with a root path, still goes through) give the same statuses, answers and counts."""
     bodies = [(f"/{verb_of(p)}", p.read_bytes()) for p in VERB_FIXTURES]
     bodies += [("/filter", b"{"), ("/prioritize", b"[]"), ("/preempt", b"{}"), ("/bind", b"{}")]
     bodies += [("/bind", b'{"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "n"}')]

@@ -14,8 +14,8 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.policy import load_policy
+from app.extender.main import create_app
+from app.model.policy import load_policy
 from tests.conftest import POLICY_FILE, read_fixture, wait_for
 
 BODY = read_fixture("full-nodes/01-filter-burstable-checkout-api.json")

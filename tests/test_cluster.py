@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.annotations import format_load
-from app.main import create_app
-from app.policy import load_policy
+from app.extender.main import create_app
+from app.model.annotations import format_load
+from app.model.policy import load_policy
 from common.kube import Kube, load_api_client
 from tests.conftest import CAPTURE_TIME, FIXTURES, POLICY_FILE, read_fixture, wait_for
 

@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from app import __version__
-from app.main import create_app
-from app.policy import load_policy
+from app.extender.main import create_app
+from app.model.policy import load_policy
 from ballast import cli
 from tests.cluster.controlplane import KUBE_VERSION, MissingPiece, kubectl_path
 from tests.conftest import missing_part, under_ci
@@ -716,7 +716,7 @@ def test_dockerignore_keeps_local_state_out() -> None:
         "tests/conftest.py",
         "bench/x.py",
         "ballast.egg-info/PKG-INFO",
-        "build/lib/app/cli.py",
+        "build/lib/app/extender/cli.py",
         "app/__pycache__/cli.cpython-311.pyc",
         "scheduler_config/deploy/agent.yaml",
         ".pytest_cache/v",
@@ -724,7 +724,7 @@ def test_dockerignore_keeps_local_state_out() -> None:
     ):
         assert IGNORE.excluded(path), path
     for path in (
-        "app/cli.py",
+        "app/extender/cli.py",
         "ballast/cli.py",
         "agent/cri/api.proto",
         "scheduler_config/policy.yaml",
@@ -811,7 +811,12 @@ def test_the_image_wheel_carries_the_cri_stubs_and_the_entry_point(wheel: Path, 
         names = set(z.namelist())
         entry = next(n for n in names if n.endswith("entry_points.txt"))
         assert "ballast = ballast.cli:main" in z.read(entry).decode()
-        assert {"agent/cri/api_pb2.py", "agent/cri/api_pb2_grpc.py", "app/cli.py", "ballast/cli.py"} <= names
+        assert {
+            "agent/cri/api_pb2.py",
+            "agent/cri/api_pb2_grpc.py",
+            "app/extender/cli.py",
+            "ballast/cli.py",
+        } <= names
         z.extractall(tmp_path / "site")
     # The generated stubs import with the locked grpcio/protobuf (the venv's): they check the versions.
     code = (

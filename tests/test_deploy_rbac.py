@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.policy import load_policy
+from app.extender.main import create_app
+from app.model.policy import load_policy
 from ballast import cli
 from common.kube import Kube, load_api_client
 from common.topology_annotations import AWARENESS_KEY

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from app.main import create_app
-from app.policy import load_policy
+from app.extender.main import create_app
+from app.model.policy import load_policy
 from tests.conftest import POLICY_FILE, missing_part, wait_for
 
 CHROMIUM = shutil.which("chromium")

@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.annotations import format_hot_value, format_load, parse_sample, parse_timestamp
+from app.model.annotations import format_hot_value, format_load, parse_sample, parse_timestamp
 from common.durations import format_duration, parse_duration
 
 

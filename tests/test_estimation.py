@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.annotations import Sample
-from app.estimation import Estimate, estimate_usage, extra, metric_plan, still_counted, units
-from app.nodestate import NodeLoad
-from app.podinfo import PodInfo
-from app.policy import Estimation, load_policy
+from app.model.annotations import Sample
+from app.model.estimation import Estimate, estimate_usage, extra, metric_plan, still_counted, units
+from app.model.nodestate import NodeLoad
+from app.model.podinfo import PodInfo
+from app.model.policy import Estimation, load_policy
 from tests.conftest import POLICY_FILE
 
 POLICY = load_policy(POLICY_FILE)

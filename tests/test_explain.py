@@ -12,11 +12,11 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.main import create_app
-from app.nodestate import NodeLoad
-from app.numa_bind import MISSING
-from app.policy import load_policy
-from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
+from app.extender.main import create_app
+from app.extender.numa_bind import MISSING
+from app.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
+from app.model.nodestate import NodeLoad
+from app.model.policy import load_policy
 from common.kube import Kube, load_api_client
 from tests.conftest import CAPTURE_TIME, POLICY_FILE, fixture_files, read_fixture
 from tests.test_cluster import clean, fixture_nodes

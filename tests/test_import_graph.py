@@ -132,6 +132,55 @@ def test_the_packages_import_only_downwards() -> None:
     assert not bad, "imports across the layers:\n" + "\n".join(bad)
 
 
+PROGRAMS = ("app.extender", "app.annotator", "app.rebalancer")
+"""The cluster-level programs, each its own package on the shared load model."""
+MODEL = "app.model"
+
+
+def _package_of(module: str) -> str:
+    """The program package or ``app.model`` a module under ``app`` belongs to, else the module itself."""
+    for package in (*PROGRAMS, MODEL):
+        if module == package or module.startswith(package + "."):
+            return package
+    return module
+
+
+def program_violations(graph: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """A program importing another program's package, or the model importing any program."""
+    out = []
+    for module, edges in sorted(graph.items()):
+        own = _package_of(module)
+        if own not in (*PROGRAMS, MODEL):
+            continue
+        for target in sorted(edges):
+            theirs = _package_of(target)
+            if theirs in PROGRAMS and theirs != own:
+                out.append(f"{module} imports {target}")
+    return out
+
+
+def test_no_program_imports_another() -> None:
+    """extender, annotator and rebalancer build on ``app.model`` and ``common``, never on each other, and
+    the model imports none of them: the tree says which modules are shared and which are one service's."""
+    bad = program_violations(import_graph())
+    assert not bad, "imports between programs:\n" + "\n".join(bad)
+    graph = import_graph()
+    for program in ("app.extender", "app.annotator"):
+        assert any(_package_of(t) == MODEL for m, e in graph.items() if m.startswith(program) for t in e)
+
+
+def test_the_program_check_catches_a_crossing() -> None:
+    graph = {
+        "app.model.load": {"app.extender.cache": 3},
+        "app.annotator.run": {"app.extender.metrics": 5, "app.model.policy": 6},
+        "app.extender.main": {"app.model.policy": 1},
+    }
+    assert program_violations(graph) == [
+        "app.annotator.run imports app.extender.metrics",
+        "app.model.load imports app.extender.cache",
+    ]
+
+
 def test_the_module_graph_has_no_cycle() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
@@ -142,7 +191,7 @@ def test_every_package_is_seen() -> None:
     graph = import_graph()
     assert {m.partition(".")[0] for m in graph} == set(PACKAGES)
     assert "agent.run" in graph["agent.cli"]  # imported inside run_agent
-    assert {"app.cli", "app.annotator.cli", "agent.cli"} <= set(graph["ballast.cli"])
+    assert {"app.extender.cli", "app.annotator.cli", "agent.cli"} <= set(graph["ballast.cli"])
 
 
 def _write(root: Path, files: Mapping[str, str]) -> None:
@@ -155,13 +204,13 @@ def _write(root: Path, files: Mapping[str, str]) -> None:
 @pytest.mark.parametrize(
     ("files", "violation", "cycle"),
     [
-        (  # the old app.cli <-> agent.cli pair: a lazy import inside a function is still an edge
+        (  # the old app.extender.cli <-> agent.cli pair: a lazy import inside a function is still an edge
             {
-                "app/cli.py": "from agent import cli as agent_cli\n",
-                "agent/cli.py": "def f():\n    from app.cli import add_common\n",
+                "app/extender/cli.py": "from agent import cli as agent_cli\n",
+                "agent/cli.py": "def f():\n    from app.extender.cli import add_common\n",
             },
-            "app.cli imports agent.cli",
-            ["agent.cli", "app.cli", "agent.cli"],
+            "app.extender.cli imports agent.cli",
+            ["agent.cli", "app.extender.cli", "agent.cli"],
         ),
         (  # relative imports resolve against their package, at any level
             {

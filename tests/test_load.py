@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.annotations import format_hot_value, format_load
-from app.load import check_node, score_node, to_extender_score
-from app.nodestate import parse_node
-from app.policy import Policy
+from app.model.annotations import format_hot_value, format_load
+from app.model.load import check_node, score_node, to_extender_score
+from app.model.nodestate import parse_node
+from app.model.policy import Policy
 
 NOW = 1_800_000_000.0
 METRICS = (
@@ -106,7 +106,7 @@ def test_rejection_reason_names_metric_value_limit_and_age(policy: Policy) -> No
 
 
 def test_zero_limit_disables_predicate() -> None:
-    from app.policy import parse_policy
+    from app.model.policy import parse_policy
 
     p = parse_policy(
         "spec:\n  syncPolicy: [{name: cpu_usage_avg_5m, period: 3m}]\n"

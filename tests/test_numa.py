@@ -9,8 +9,8 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.numa import (
+from app.extender.main import create_app
+from app.extender.numa import (
     NumaRequest,
     ZoneUsage,
     combine,
@@ -19,8 +19,8 @@ from app.numa import (
     numa_score,
     parse_nrt,
 )
-from app.numa_bind import MISSING
-from app.policy import load_policy
+from app.extender.numa_bind import MISSING
+from app.model.policy import load_policy
 from common.kube import Kube, load_api_client
 from common.podspec import parse_pod
 from common.topology_annotations import render_topology_result

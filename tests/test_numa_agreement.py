@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from agent.cpuset import CPUSet
 from agent.policy import StaticPolicy
-from app.cache import pod_record
-from app.numa import exclusive_zones, numa_request, parse_nrt
-from app.podinfo import pod_info
+from app.extender.cache import pod_record
+from app.extender.numa import exclusive_zones, numa_request, parse_nrt
+from app.model.podinfo import pod_info
 from common.podspec import parse_pod
 from common.topology_annotations import (
     TOPOLOGY_RESULT_ANNOTATION,

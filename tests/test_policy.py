@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.policy import (
+from app.model.policy import (
     ESTIMATION_FIELDS,
     HOT_VALUE_FIELDS,
     PREDICATE_FIELDS,
@@ -203,7 +203,7 @@ def test_any_loading_failure_is_a_policy_error(text: str, tmp_path: Path) -> Non
 def test_reload_of_an_unforeseen_failure_is_refused(tmp_path: Path) -> None:
     from prometheus_client import CollectorRegistry
 
-    from app.policy_store import PolicyStore, policy_reload_metrics
+    from app.model.policy_store import PolicyStore, policy_reload_metrics
 
     registry = CollectorRegistry()
     reloads, ok = policy_reload_metrics("ballast", registry)

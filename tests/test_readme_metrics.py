@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from agent.metrics import CPUManagerMetrics
 from agent.publisher import PublisherMetrics
 from app.annotator.metrics import AnnotatorMetrics
-from app.metrics import ExtenderMetrics
+from app.extender.metrics import ExtenderMetrics
 from tests.conftest import ROOT
 
 

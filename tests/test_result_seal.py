@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from agent.cpuset import CPUSet
 from agent.policy import StaticPolicy
-from app.main import create_app
-from app.policy import load_policy
+from app.extender.main import create_app
+from app.model.policy import load_policy
 from ballast.cli import main as ballast_main
 from common.kube import Kube, load_api_client
 from common.podspec import parse_pod

@@ -12,17 +12,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.annotations import format_hot_value, format_load
-from app.explain import explain
-from app.extender import Extender
-from app.ledger import Ledger
-from app.load import RUNNER_UP, projected_load, relative_scores
-from app.metrics import ExtenderMetrics
-from app.nodestate import NodeLoad, parse_node
-from app.podinfo import pod_info
-from app.policy import PolicyError, load_policy, parse_policy
-from app.policy_store import PolicyStore
-from app.wire import ExtenderArgs
+from app.extender.explain import explain
+from app.extender.extender import Extender
+from app.extender.metrics import ExtenderMetrics
+from app.extender.wire import ExtenderArgs
+from app.model.annotations import format_hot_value, format_load
+from app.model.ledger import Ledger
+from app.model.load import RUNNER_UP, projected_load, relative_scores
+from app.model.nodestate import NodeLoad, parse_node
+from app.model.podinfo import pod_info
+from app.model.policy import PolicyError, load_policy, parse_policy
+from app.model.policy_store import PolicyStore
 from bench.spread import cv, water_fill
 from tests.conftest import POLICY_FILE
 from tests.node_source import StaticSource

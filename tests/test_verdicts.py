@@ -10,17 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.annotations import format_hot_value, format_load
-from app.extender import Extender
-from app.ledger import Ledger
-from app.load import check_node, projected_load, score_node
-from app.metrics import ExtenderMetrics
-from app.nodestate import NodeLoad, parse_node
-from app.podinfo import PodInfo
-from app.policy import load_policy
-from app.policy_store import PolicyStore
-from app.verdicts import UNSURE, VerdictBoard, derive, judge
-from app.wire import ExtenderArgs
+from app.extender.extender import Extender
+from app.extender.metrics import ExtenderMetrics
+from app.extender.wire import ExtenderArgs
+from app.model.annotations import format_hot_value, format_load
+from app.model.ledger import Ledger
+from app.model.load import check_node, projected_load, score_node
+from app.model.nodestate import NodeLoad, parse_node
+from app.model.podinfo import PodInfo
+from app.model.policy import load_policy
+from app.model.policy_store import PolicyStore
+from app.model.verdicts import UNSURE, VerdictBoard, derive, judge
 from tests.conftest import POLICY_FILE
 from tests.node_source import StaticSource
 from tests.oracle import Oracle

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.annotations import parse_timestamp
-from app.policy import HotValueWindow
+from app.model.annotations import parse_timestamp
+from app.model.policy import HotValueWindow
 
 __all__ = [
     "Binding",

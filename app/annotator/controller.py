@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.annotations import HOT_VALUE_KEY
 from app.annotator.bindings import BindingRecords, hot_value
 from app.annotator.matching import MatchResult, Series, match_series
 from app.annotator.metrics import AnnotatorMetrics
@@ -33,7 +32,8 @@ from app.annotator.plan import NodePatch, PatchPlanner
 from app.annotator.prometheus import Vector
 from app.annotator.schedule import Schedule
 from app.annotator.sources import NodeIndex
-from app.policy import Policy
+from app.model.annotations import HOT_VALUE_KEY
+from app.model.policy import Policy
 from common.kube import ApiError, Kube, path_for
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from app.policy_store import policy_reload_metrics
+from app.model.policy_store import policy_reload_metrics
 
 __all__ = ["AnnotatorMetrics"]
 

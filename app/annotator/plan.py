@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import tzinfo
 
-from app.annotations import (
+from app.model.annotations import (
     HOT_VALUE_KEY,
     HOT_VALUE_VALID_SECONDS,
     format_hot_value,

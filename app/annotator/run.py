@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
-from app.annotations import HOT_VALUE_KEY
 from app.annotator.bindings import BindingRecords
 from app.annotator.controller import Annotator, CycleReport, KubeNodeWriter, run_loop
 from app.annotator.leader import LeaderElector, default_identity
@@ -39,8 +38,9 @@ from app.annotator.metrics import AnnotatorMetrics
 from app.annotator.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
 from app.annotator.schedule import Schedule
 from app.annotator.sources import EventBindings, NodeIndex, PodBindings
-from app.policy import Policy, PolicyError, load_policy
-from app.policy_store import PolicyStore
+from app.model.annotations import HOT_VALUE_KEY
+from app.model.policy import Policy, PolicyError, load_policy
+from app.model.policy_store import PolicyStore
 from common.health import HealthServer
 from common.kube import Kube, KubeConfigError, Reflector, load_api_client
 

@@ -17,7 +17,7 @@ from app.annotator.bindings import (
     hot_value,
 )
 from app.annotator.sources import EventBindings, PodBindings
-from app.policy import HotValueWindow
+from app.model.policy import HotValueWindow
 
 NOW = 1_800_000_000.0
 CRANE_WINDOWS = (HotValueWindow(300, 5), HotValueWindow(60, 2))

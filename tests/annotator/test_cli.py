@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app.annotations import HOT_VALUE_KEY
 from app.annotator.cli import register
 from app.annotator.run import DEFAULT_NAMESPACE, lease_namespace, run
+from app.model.annotations import HOT_VALUE_KEY
 from tests.annotator.helpers import FailingPrometheus, add_node, annotations, bind_pod, parse, stamp
 from tests.conftest import POLICY_FILE
 from tests.fakekube import FakeKube, make_event, make_lease

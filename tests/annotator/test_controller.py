@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from app.annotations import HOT_VALUE_KEY, format_hot_value, format_load
 from app.annotator.bindings import Binding, BindingRecords
 from app.annotator.controller import Annotator, run_loop
 from app.annotator.matching import Series
@@ -18,7 +17,8 @@ from app.annotator.metrics import AnnotatorMetrics
 from app.annotator.prometheus import PrometheusError, Vector
 from app.annotator.schedule import Schedule
 from app.annotator.sources import NodeIndex
-from app.policy import load_policy
+from app.model.annotations import HOT_VALUE_KEY, format_hot_value, format_load
+from app.model.policy import load_policy
 from tests.conftest import POLICY_FILE
 
 POLICY = load_policy(POLICY_FILE)

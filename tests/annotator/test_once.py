@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.annotations import HOT_VALUE_KEY, format_load, parse_sample
 from app.annotator.run import run
-from app.policy import load_policy
+from app.model.annotations import HOT_VALUE_KEY, format_load, parse_sample
+from app.model.policy import load_policy
 from tests.annotator.helpers import (
     FailingPrometheus,
     add_node,

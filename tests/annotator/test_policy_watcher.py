@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from app.annotator.run import _watch_policy
-from app.policy import parse_policy
+from app.model.policy import parse_policy
 from tests.test_policy import BASE
 
 

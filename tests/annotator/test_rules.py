@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from app.policy import load_policy
+from app.model.policy import load_policy
 from tests.annotator.prom import require_promtool
 from tests.conftest import POLICY_FILE, ROOT
 

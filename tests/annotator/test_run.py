@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.annotations import HOT_VALUE_KEY, parse_sample
 from app.annotator.run import run
+from app.model.annotations import HOT_VALUE_KEY, parse_sample
 from tests.annotator.helpers import add_node, annotations, bind_pod, node_patches, parse
 from tests.annotator.prom import PrometheusServer, Series, free_port
 from tests.conftest import ROOT, wait_for

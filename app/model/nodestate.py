@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from app.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, Sample, read_sample
-from app.policy import Policy
+from app.model.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, Sample, read_sample
+from app.model.policy import Policy
 from common.quantity import parse_bytes as memory_bytes
 from common.quantity import parse_cpu_milli as cpu_milli
 

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from app.annotations import EXTRA_ACTIVE_SECONDS
+from app.model.annotations import EXTRA_ACTIVE_SECONDS
 from common.durations import parse_duration
 from common.quantity import parse_quantity
 
@@ -60,7 +60,7 @@ class HotValueWindow:
 
 @dataclass(frozen=True, slots=True)
 class Estimation:
-    """How the extender estimates the load of pods it just placed (see ``app.estimation``)."""
+    """How the extender estimates the load of pods it just placed (see ``app.model.estimation``)."""
 
     cpu_factor: float = 0.85
     memory_factor: float = 0.70
@@ -74,7 +74,8 @@ class Estimation:
 
 @dataclass(frozen=True, slots=True)
 class TopologySettings:
-    """NUMA placement (``app.numa``): which resources must fit one zone, and the score's NUMA weight."""
+    """NUMA placement (``app.extender.numa``): which resources must fit one zone, and the score's NUMA
+    weight."""
 
     memory_aware: bool = False
     """``awareResources: [cpu, memory]``: an aware pod's memory must fit the zone too (crane: cpu only)."""
@@ -96,7 +97,7 @@ class Policy:
     scoring: str = "relative"
     """``relative`` (rank the candidates by projected load after the pod: the least loaded 10, the others
     7 down to 0) or ``crane`` (crane's absolute ``(1 - u) * 100`` formula mapped to 0..10); see
-    ``app.load``."""
+    ``app.model.load``."""
     source: str = "<memory>"
     document: Mapping[str, Any] = field(default_factory=dict)
     predicate_plan: tuple[tuple[str, float, float, str], ...] = field(init=False, repr=False, compare=False)

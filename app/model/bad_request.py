@@ -1,5 +1,5 @@
 """The one error pure code raises for input it cannot use; a leaf module, so parsing a pod or a node never
-imports the HTTP layer. ``app.api`` turns it into a 400 with ``{"error", "field", "reason"}``."""
+imports the HTTP layer. ``app.extender.api`` turns it into a 400 with ``{"error", "field", "reason"}``."""
 
 from __future__ import annotations
 

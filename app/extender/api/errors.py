@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from app.api.responses import JSONBytes, error
+from app.extender.api.responses import JSONBytes, error
 
 log = logging.getLogger("ballast.api")
 

@@ -18,17 +18,17 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from app.bad_request import BadRequest
-from app.ledger import Ledger
-from app.nodestate import NodeLoad, parse_node
-from app.numa import (
+from app.extender.numa import (
     NodeTopology,
     ZoneUsage,
     exclusive_zones,
     parse_nrt,
 )
-from app.podinfo import PodInfo, pod_info
-from app.policy_store import PolicyStore
+from app.model.bad_request import BadRequest
+from app.model.ledger import Ledger
+from app.model.nodestate import NodeLoad, parse_node
+from app.model.podinfo import PodInfo, pod_info
+from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.kube import Kube, Reflector
 from common.nrt_api import NRT_PATH

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.bad_request import BadRequest
+from app.model.bad_request import BadRequest
 
 
 def load_json(body: bytes) -> Any:

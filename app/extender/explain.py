@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
-from app.extender import Extender
-from app.load import check_node, projected_load, relative_scores, score_node
-from app.nodestate import NodeLoad
-from app.numa import NumaRequest, combine, numa_request, numa_score
-from app.podinfo import PodInfo, pod_info
-from app.policy import Policy
+from app.extender.extender import Extender
+from app.extender.numa import NumaRequest, combine, numa_request, numa_score
+from app.model.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
+from app.model.load import check_node, projected_load, relative_scores, score_node
+from app.model.nodestate import NodeLoad
+from app.model.podinfo import PodInfo, pod_info
+from app.model.policy import Policy
 
 PLAIN_POD = PodInfo("", "", "", False, 0, 0, 0, 0)
 """What /nodes judges with: a pod that requests nothing (so it is estimated at the policy defaults)."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from app.policy import Policy, PolicyError, load_policy
+from app.model.policy import Policy, PolicyError, load_policy
 
 log = logging.getLogger("ballast.policy")
 

@@ -18,20 +18,21 @@ from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 from pydantic import TypeAdapter
 
-from app import __version__, wire
-from app.api import debug, errors, examples, health, verbs
-from app.api.access import AccessLog
-from app.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
-from app.api.state import Services
-from app.bind import Binder
-from app.cache import ClusterCache
-from app.extender import Extender
-from app.ledger import Ledger
-from app.load_bind import LoadPreBind
-from app.metrics import ExtenderMetrics
-from app.numa_bind import NumaPreBind
-from app.policy import Policy
-from app.policy_store import PolicyStore
+from app import __version__
+from app.extender import wire
+from app.extender.api import debug, errors, examples, health, verbs
+from app.extender.api.access import AccessLog
+from app.extender.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
+from app.extender.api.state import Services
+from app.extender.bind import Binder
+from app.extender.cache import ClusterCache
+from app.extender.extender import Extender
+from app.extender.load_bind import LoadPreBind
+from app.extender.metrics import ExtenderMetrics
+from app.extender.numa_bind import NumaPreBind
+from app.model.ledger import Ledger
+from app.model.policy import Policy
+from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.kube import Kube
 

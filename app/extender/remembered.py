@@ -13,7 +13,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from app.nodestate import NodeLoad
+from app.model.nodestate import NodeLoad
 
 REMEMBER_SECONDS = 600.0
 """A node not sent again for this long is forgotten (kube-scheduler sends every feasible node per pod)."""

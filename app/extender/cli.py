@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 from app import __version__
-from app.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
-from app.policy import PolicyError, load_policy
+from app.extender.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
+from app.model.policy import PolicyError, load_policy
 from common.cli import HelpFormatter, add_common, positive_seconds, seconds
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.seal import SealKeyError, load_key
@@ -104,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run_extender(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.main import create_app
+    from app.extender.main import create_app
     from common.kube import Kube, KubeConfigError, cluster_configured, load_api_client
 
     try:

@@ -15,15 +15,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from app.bad_request import BadRequest
-from app.bind import BindError, Undo
-from app.estimation import Estimate, estimate_usage
-from app.ledger import Ledger
-from app.load import check_node
-from app.nodestate import NodeLoad
-from app.podinfo import pod_info
-from app.policy_store import PolicyStore
-from app.wire import BindingArgs
+from app.extender.bind import BindError, Undo
+from app.extender.wire import BindingArgs
+from app.model.bad_request import BadRequest
+from app.model.estimation import Estimate, estimate_usage
+from app.model.ledger import Ledger
+from app.model.load import check_node
+from app.model.nodestate import NodeLoad
+from app.model.podinfo import pod_info
+from app.model.policy_store import PolicyStore
 from common.kube import Kube
 
 

@@ -7,14 +7,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from app.api.responses import JSONBytes, error
-from app.api.state import services
-from app.bad_request import BadRequest
-from app.explain import PLAIN_POD, explain, explain_node, rank_views
-from app.extender import Extender
-from app.nodestate import NodeLoad
-from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS
-from app.wire import parse_extender_args
+from app.extender.api.responses import JSONBytes, error
+from app.extender.api.state import services
+from app.extender.explain import PLAIN_POD, explain, explain_node, rank_views
+from app.extender.extender import Extender
+from app.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS
+from app.extender.wire import parse_extender_args
+from app.model.bad_request import BadRequest
+from app.model.nodestate import NodeLoad
 
 log = logging.getLogger("ballast.api")
 

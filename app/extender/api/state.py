@@ -8,10 +8,10 @@ from typing import Any
 
 from fastapi import Request
 
-from app.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
-from app.extender import Extender
-from app.metrics import ExtenderMetrics
-from app.policy_store import PolicyStore
+from app.extender.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
+from app.extender.extender import Extender
+from app.extender.metrics import ExtenderMetrics
+from app.model.policy_store import PolicyStore
 
 
 @dataclass
@@ -22,7 +22,7 @@ class Services:
     cache: Any = None
     """The watch-driven cluster cache, when the extender runs with cluster access."""
     binder: Any = None
-    """Creates Bindings (``app.bind``), when the extender runs with cluster access."""
+    """Creates Bindings (``app.extender.bind``), when the extender runs with cluster access."""
     readiness: list[Callable[[], str | None]] = field(default_factory=list)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Larger request bodies are refused with 413 (``--max-body-bytes``)."""

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from app.ledger import Ledger
-from app.wire import BindingArgs
+from app.extender.wire import BindingArgs
+from app.model.ledger import Ledger
 from common.kube import ApiError, Kube
 
 log = logging.getLogger("ballast.bind")

@@ -7,7 +7,7 @@ expiry times, and keeps:
 
 - ``scored[node]``: crane's prioritize score (0..10) with the node's current estimates, and its JSON;
 - ``projection[node]``: the node's projected load with its current estimates and how much a millicore and
-  a byte of estimate add to it (``app.load.projected_load``, ``pod_slope``), for relative scoring, and
+  a byte of estimate add to it (``app.model.load.projected_load``, ``pod_slope``), for relative scoring, and
   ``fragments[node]``: its ``{"Host":name,"Score":n}`` pre-encoded for every n in 0..10;
 - ``room``: per node the spare capacity, in millicores and bytes, before the tightest fresh predicate of
   that resource would be crossed, counting estimates already on the node;
@@ -17,7 +17,7 @@ expiry times, and keeps:
 
 A pod whose estimate fits under tiers i (cpu) and j (memory) passes every node outside ``blocked``,
 ``tight_cpu[i]`` and ``tight_memory[j]`` at the cost of three set lookups; the others are judged from
-precomputed per-predicate rooms (``judge``), and only float ties take the exact path (``app.load``).
+precomputed per-predicate rooms (``judge``), and only float ties take the exact path (``app.model.load``).
 The board is an optimisation only: ``check_node`` and ``score_node`` remain the definition, and the
 tests compare the two.
 
@@ -42,11 +42,11 @@ from itertools import filterfalse
 
 import orjson
 
-from app.annotations import HOT_VALUE_VALID_SECONDS, fresh
-from app.ledger import Ledger
-from app.load import MAX_EXTENDER_SCORE, Rejection, check_node, pod_slope, projected_load, score_node
-from app.nodestate import NodeLoad
-from app.policy import Policy
+from app.model.annotations import HOT_VALUE_VALID_SECONDS, fresh
+from app.model.ledger import Ledger
+from app.model.load import MAX_EXTENDER_SCORE, Rejection, check_node, pod_slope, projected_load, score_node
+from app.model.nodestate import NodeLoad
+from app.model.policy import Policy
 
 log = logging.getLogger("ballast.verdicts")
 

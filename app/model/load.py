@@ -24,7 +24,7 @@ used, which ranked a node with one missing metric below a busier, fully measured
 information for any priority metric scores 0, so measured nodes win over unmeasured ones.
 
 ``extra`` carries estimated usage ratios per metric (``{"cpu_usage_avg_5m": 0.08}``) of pods placed
-after that metric was last measured; they are added to the measured value (see ``app.estimation``).
+after that metric was last measured; they are added to the measured value (see ``app.model.estimation``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.annotations import HOT_VALUE_VALID_SECONDS, fresh
-from app.nodestate import NodeLoad
-from app.policy import Policy
+from app.model.annotations import HOT_VALUE_VALID_SECONDS, fresh
+from app.model.nodestate import NodeLoad
+from app.model.policy import Policy
 from common.durations import format_duration
 
 MAX_EXTENDER_SCORE = 10
@@ -186,7 +186,7 @@ def projected_load(
 
 def pod_slope(load: NodeLoad, policy: Policy, now: float) -> tuple[float, float]:
     """How much ``projected_load`` grows per millicore and per byte placed on this node: the estimate of
-    a pod adds ``amount / allocatable`` to every metric of its resource (``app.estimation``)."""
+    a pod adds ``amount / allocatable`` to every metric of its resource (``app.model.estimation``)."""
     cpu = mem = weights = 0.0
     samples = load.samples
     for name, weight, valid, resource in policy.priority_plan:

@@ -9,8 +9,8 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app import __version__
-from app.api.responses import JSONBytes
-from app.api.state import services
+from app.extender.api.responses import JSONBytes
+from app.extender.api.state import services
 
 router = APIRouter(tags=["operations"])
 

@@ -13,26 +13,27 @@ from typing import Any, Protocol
 
 import orjson
 
-from app.bad_request import BadRequest
-from app.estimation import Estimate, estimate_usage
-from app.ledger import Ledger
-from app.load import Rejection, check_node, projected_load, relative_scores, score_node
-from app.metrics import ExtenderMetrics
-from app.nodestate import NodeLoad, parse_node
-from app.numa import NodeTopology, ZoneUsage
-from app.numa_check import NumaCheck
-from app.podinfo import PodInfo, pod_info
-from app.policy import Policy
-from app.policy_store import PolicyStore
-from app.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
-from app.verdicts import VerdictBoard, filter_names, fragments
-from app.wire import ExtenderArgs, filter_result, require_pod
+from app.extender.metrics import ExtenderMetrics
+from app.extender.numa import NodeTopology, ZoneUsage
+from app.extender.numa_check import NumaCheck
+from app.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
+from app.extender.wire import ExtenderArgs, filter_result, require_pod
+from app.model.bad_request import BadRequest
+from app.model.estimation import Estimate, estimate_usage
+from app.model.ledger import Ledger
+from app.model.load import Rejection, check_node, projected_load, relative_scores, score_node
+from app.model.nodestate import NodeLoad, parse_node
+from app.model.podinfo import PodInfo, pod_info
+from app.model.policy import Policy
+from app.model.policy_store import PolicyStore
+from app.model.verdicts import VerdictBoard, filter_names, fragments
 
 log = logging.getLogger("ballast.extender")
 
 
 class NodeSource(Protocol):
-    """Everything the verbs ask of the cluster: the watch-driven cache (``app.cache.ClusterCache``)."""
+    """Everything the verbs ask of the cluster: the watch-driven cache
+    (``app.extender.cache.ClusterCache``)."""
 
     node_listeners: list[Callable[[str, dict[str, Any] | None], None]]
     """Told of every node event (``None`` after a relist), so the verdict board follows the watch."""
@@ -251,7 +252,7 @@ class Extender:
         policy: Policy,
         now: float,
     ) -> tuple[list[str], dict[str, str]]:
-        """Names-mode filter from the verdict board (``app.verdicts.filter_names``)."""
+        """Names-mode filter from the verdict board (``app.model.verdicts.filter_names``)."""
 
         def exact_check(name: str) -> Rejection | None:
             load = lookup(name)

@@ -1,9 +1,9 @@
 """The NUMA side of the verbs: which pods need exclusive CPUs, whether they fit the zones of a node that
 pins CPUs, the nodes filter rejects for it and the score prioritize folds in. What filter learnt about a
-pod is remembered for bind (``app.numa_bind``), which only gets names.
+pod is remembered for bind (``app.extender.numa_bind``), which only gets names.
 
-The zone arithmetic is ``app.numa`` (pure); this module asks the cluster source for a node's topology and
-zone usage.
+The zone arithmetic is ``app.extender.numa`` (pure); this module asks the cluster source for a node's
+topology and zone usage.
 """
 
 from __future__ import annotations
@@ -14,14 +14,23 @@ from typing import Any, Protocol
 
 from cachetools import TTLCache
 
-from app.numa import Fit, NodeTopology, NumaRequest, ZoneUsage, combine, fit, numa_request, numa_score
-from app.numa_bind import MISSING
-from app.podinfo import PodInfo
-from app.policy_store import PolicyStore
+from app.extender.numa import (
+    Fit,
+    NodeTopology,
+    NumaRequest,
+    ZoneUsage,
+    combine,
+    fit,
+    numa_request,
+    numa_score,
+)
+from app.extender.numa_bind import MISSING
+from app.model.podinfo import PodInfo
+from app.model.policy_store import PolicyStore
 
 
 class TopologySource(Protocol):
-    """What the NUMA checks ask of the cluster (``app.cache.ClusterCache``)."""
+    """What the NUMA checks ask of the cluster (``app.extender.cache.ClusterCache``)."""
 
     def topology(self, node: str) -> NodeTopology | None: ...
 

@@ -1,4 +1,5 @@
-"""The extender verbs kube-scheduler calls. Routes only translate HTTP; decisions live in ``app.extender``.
+"""The extender verbs kube-scheduler calls. Routes only translate HTTP; decisions live in
+``app.extender.extender``.
 
 Every failure becomes a clear answer: 400 with ``{"error", "field", "reason"}`` for a request Ballast
 cannot read, and for an unexpected fault a logged traceback plus an answer kube-scheduler understands
@@ -19,18 +20,18 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from app.api.body import BodyTimeout, BodyTooLarge, read_body
-from app.api.responses import JSONBytes, error
-from app.api.state import Services, services
-from app.bad_request import BadRequest
-from app.wire import filter_result, parse_binding_args, parse_extender_args, parse_object
+from app.extender.api.body import BodyTimeout, BodyTooLarge, read_body
+from app.extender.api.responses import JSONBytes, error
+from app.extender.api.state import Services, services
+from app.extender.wire import filter_result, parse_binding_args, parse_extender_args, parse_object
+from app.model.bad_request import BadRequest
 
 log = logging.getLogger("ballast.api")
 router = APIRouter(tags=["extender verbs"])
 
 
 def _body_doc(schema: str) -> dict[str, Any]:
-    """The request body; its examples are filled per request of the document (``app.main``)."""
+    """The request body; its examples are filled per request of the document (``app.extender.main``)."""
     return {
         "requestBody": {
             "required": True,

@@ -6,8 +6,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from app.nodestate import NodeLoad
-from app.policy_store import policy_reload_metrics
+from app.model.nodestate import NodeLoad
+from app.model.policy_store import policy_reload_metrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 

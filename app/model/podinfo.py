@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.bad_request import BadRequest
+from app.model.bad_request import BadRequest
 from common.podspec import is_daemonset_pod
 from common.quantity import parse_bytes as memory_bytes
 from common.quantity import parse_cpu_milli as cpu_milli

@@ -14,10 +14,10 @@ best-scoring node (and ``filter`` does when only one node passes); ``bind`` (or 
 into a bound estimate on the node really chosen, and an unconfirmed hold expires after
 ``spec.estimation.tentativeTTL`` (30 s). A burst filtered back to back therefore sees its own
 earlier members. Holds sit on Ballast's favourite, which is not always the scheduler's choice, so with
-``bindVerb`` the bind check (``app.load_bind``) has the last word, counting placed pods only.
+``bindVerb`` the bind check (``app.extender.load_bind``) has the last word, counting placed pods only.
 
 This module is the formula, pure: what a pod is estimated to use and what the estimates on a node add
-per metric. Which estimates are on which node, and for how long, is ``app.ledger.Ledger``.
+per metric. Which estimates are on which node, and for how long, is ``app.model.ledger.Ledger``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from app.nodestate import NodeLoad
-from app.podinfo import PodInfo
-from app.policy import Estimation, Policy
+from app.model.nodestate import NodeLoad
+from app.model.podinfo import PodInfo
+from app.model.policy import Estimation, Policy
 
 
 @dataclass(frozen=True, slots=True)

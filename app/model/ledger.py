@@ -1,6 +1,6 @@
 """Which estimates sit on which node, and for how long: the ``Ledger`` (threaded, TTL caches).
 
-The formula (what one pod is estimated to use, what the estimates add per metric) is ``app.estimation``;
+The formula (what one pod is estimated to use, what the estimates add per metric) is ``app.model.estimation``;
 the ledger keeps the bound and tentative estimates, bounded in time and count, and tells listeners (the
 verdict boards) which nodes changed.
 """
@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 
 from cachetools import TTLCache
 
-from app import estimation
-from app.estimation import Estimate, estimate_usage, metric_plan
-from app.nodestate import NodeLoad
-from app.podinfo import PodInfo
-from app.policy import Policy
+from app.model import estimation
+from app.model.estimation import Estimate, estimate_usage, metric_plan
+from app.model.nodestate import NodeLoad
+from app.model.podinfo import PodInfo
+from app.model.policy import Policy
 
 MAX_PODS = 200_000
 
@@ -214,7 +214,7 @@ class Ledger:
         skip: str | None = None,
         bound_only: bool = False,
     ) -> dict[str, float]:
-        """Usage ratios to add per metric on this node (``app.estimation.extra``).
+        """Usage ratios to add per metric on this node (``app.model.estimation.extra``).
 
         ``incoming`` is the pod being filtered (added everywhere, and its own earlier hold is skipped so it
         is not counted twice); ``skip`` leaves out one pod's hold (prioritize re-scoring that pod);

@@ -12,10 +12,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.bind import BindError, Undo
-from app.numa import fit, numa_request
-from app.policy_store import PolicyStore
-from app.wire import BindingArgs
+from app.extender.bind import BindError, Undo
+from app.extender.numa import fit, numa_request
+from app.extender.wire import BindingArgs
+from app.model.policy_store import PolicyStore
 from common.kube import ApiError, Kube
 from common.seal import SEAL_ANNOTATION, seal
 from common.topology_annotations import TOPOLOGY_RESULT_ANNOTATION, render_topology_result

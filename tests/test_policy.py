@@ -226,8 +226,12 @@ def test_reload_of_an_unforeseen_failure_is_refused(tmp_path: Path) -> None:
     assert refusing.failure is not None and "unusable here" in refusing.failure.error
 
 
+CONFIGURATION = REPO / "docs" / "configuration.md"
+"""The configuration reference: the policy file's fields and the block of Ballast's own sections."""
+
+
 def _documented_spec_fields() -> set[str]:
-    readme = (REPO / "README.md").read_text()
+    readme = CONFIGURATION.read_text()
     return set(re.findall(r"^\| `spec\.(\w+)", readme, flags=re.M))
 
 
@@ -267,8 +271,8 @@ def test_every_shipped_or_documented_policy_loads(name: str, text: str) -> None:
 
 
 def test_spec_sections_documented_and_parsed_are_the_same() -> None:
-    """Both ways: no section is parsed without a README row, and each row's fields are the parser's."""
-    readme = (REPO / "README.md").read_text()
+    """Both ways: no section is parsed without a reference row, and each row's fields are the parser's."""
+    readme = CONFIGURATION.read_text()
     rows = dict(re.findall(r"^\| `spec\.(\w+)(?:\[\])?(?: \{([^}]*)\})?`", readme, flags=re.M))
     assert set(rows) == SPEC_FIELDS
     allowed = {
@@ -281,7 +285,7 @@ def test_spec_sections_documented_and_parsed_are_the_same() -> None:
     }
     for section, fields in allowed.items():
         documented = {f.strip() for f in rows[section].split(",")}
-        assert documented <= fields, f"spec.{section}: README documents {documented - fields}"
+        assert documented <= fields, f"spec.{section}: docs/configuration.md documents {documented - fields}"
         # every allowed field is documented (crane's misspelling's twin is named in the row's text)
         assert fields - documented <= {"maxLimitPercent"}, (
             f"spec.{section}: undocumented {fields - documented}"
@@ -289,8 +293,8 @@ def test_spec_sections_documented_and_parsed_are_the_same() -> None:
 
 
 def test_documented_ballast_sections_example_parses_to_the_defaults() -> None:
-    """The README's block of Ballast's own sections, added to the bundled policy, loads as it says."""
-    readme = (REPO / "README.md").read_text()
+    """The reference's block of Ballast's own sections, added to the bundled policy, loads as it says."""
+    readme = CONFIGURATION.read_text()
     (block,) = [
         b for b in re.findall(r"^```yaml\n(.*?)^```", readme, flags=re.M | re.S) if b.startswith("spec:")
     ]

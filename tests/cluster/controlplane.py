@@ -335,7 +335,10 @@ class ControlPlane:
              "--listen-peer-urls", f"http://127.0.0.1:{peer}",
              "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
              "--initial-cluster", f"ballast-test=http://127.0.0.1:{peer}",
-             "--unsafe-no-fsync", "--log-level", "warn"],
+             "--unsafe-no-fsync", "--log-level", "warn",
+             # kube-apiserver serves a watch without a resourceVersion once etcd confirms its cache is
+             # current; etcd 3.4 confirms only by these periodic notifications (no progress requests).
+             "--experimental-watch-progress-notify-interval", "1s"],
             self.workdir,
         )  # fmt: skip
         wait_until(lambda: _http_ok(f"{self.etcd_url}/health"), self.etcd, "etcd /health")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import time
+import urllib.request
+
 import pytest
 
 from tests.cluster.controlplane import ControlPlane, bound_pods, create_nodes, node_body, pod_body, wait_bound
@@ -27,3 +31,19 @@ def test_a_pod_waits_while_no_scheduler_runs_and_binds_after_a_restart(cluster: 
     assert bound_pods(core) == {}
     cluster.start_scheduler({"profiles": [{"schedulerName": "default-scheduler"}]})
     assert wait_bound(core, ["late"]) == {"late": "only"}
+
+
+def test_a_watch_without_a_resource_version_starts_at_once(cluster: ControlPlane) -> None:
+    """kube-apiserver v1.36 answers a watch without a resourceVersion from its watch cache only once etcd
+    has confirmed the cache is current. Debian's etcd 3.4 cannot be asked for that confirmation, only send
+    it every ``--experimental-watch-progress-notify-interval``: without the flag such a watch waits 3 s and
+    ends with "Too large resource version" instead of an event."""
+    started = time.monotonic()
+    url = f"{cluster.server_url}/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=10"
+    with urllib.request.urlopen(url, context=cluster.ssl_context(), timeout=30) as watch:
+        waited = time.monotonic() - started
+        cluster.core().create_namespaced_pod("default", pod_body("watched"))
+        event = json.loads(watch.readline())
+    assert event["type"] == "ADDED", event
+    assert event["object"]["metadata"]["name"] == "watched"
+    assert waited < 2.5, f"the watch took {waited:.1f} s to start"

@@ -12,7 +12,8 @@ Where the binaries come from, first match wins:
   place), or with their ``.xz`` files and a ``SHA256SUMS`` (unpacked and verified like the next one);
 - ``../shared/k8s`` beside the clone: ``.xz`` files and ``SHA256SUMS`` of the uncompressed binaries.
 Unpacked binaries go to ``$BALLAST_KUBE_CACHE``, else ``$XDG_CACHE_HOME/ballast/kube-v1.36.2`` (default
-``~/.cache``), never into the repository. etcd is Debian's ``etcd-server`` (``etcd`` on PATH).
+``~/.cache``), never into the repository. Without either source, binaries already unpacked there serve.
+etcd is Debian's ``etcd-server`` (``etcd`` on PATH).
 """
 
 from __future__ import annotations
@@ -71,9 +72,14 @@ def source_dir() -> Path:
     if not SHARED_K8S.is_dir():
         raise MissingPiece(
             f"no Kubernetes binaries: set BALLAST_KUBE_BIN to a folder with {', '.join(BINARIES)} "
-            f"({KUBE_VERSION}), or place their .xz files and SHA256SUMS in ../shared/k8s beside the clone"
+            f"({KUBE_VERSION}), or place their .xz files and SHA256SUMS in ../shared/k8s beside the clone "
+            f"(nor are they unpacked already in {cache_dir()})"
         )
     return SHARED_K8S
+
+
+def _all_there(folder: Path) -> bool:
+    return all(os.access(folder / name, os.X_OK) and (folder / name).is_file() for name in BINARIES)
 
 
 def _sha256(path: Path) -> str:
@@ -112,9 +118,17 @@ def _unpack_one(xz: Path, want: str, dest: Path) -> None:
 
 
 def kube_bin_dir() -> Path:
-    """A folder holding the three binaries, unpacking and verifying them into the cache when needed."""
-    src = source_dir()
-    if all(os.access(src / name, os.X_OK) and (src / name).is_file() for name in BINARIES):
+    """A folder holding the three binaries, unpacking and verifying them into the cache when needed; with no
+    source at all, the cache when an earlier run filled it."""
+    try:
+        src = source_dir()
+    except MissingPiece:
+        # Unpacked and verified on an earlier run: the cache serves without its source (a clone moved
+        # away from ../shared, a shell without BALLAST_KUBE_BIN).
+        if not os.environ.get("BALLAST_KUBE_BIN") and _all_there(cache_dir()):
+            return cache_dir()
+        raise
+    if _all_there(src):
         return src
     sums_file = src / "SHA256SUMS"
     if not sums_file.is_file():

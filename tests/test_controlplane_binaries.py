@@ -1,0 +1,53 @@
+"""Where the loopback control plane's binaries come from (``python3 -m tests.cluster.controlplane check``):
+no servers are started here, only the lookup is exercised."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import controlplane
+from tests.cluster.controlplane import BINARIES, MissingPiece, kube_bin_dir
+
+
+def _fake_binaries(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in BINARIES:
+        (folder / name).write_text("#!/bin/sh\n")
+        (folder / name).chmod(0o755)
+
+
+@pytest.fixture
+def no_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Neither BALLAST_KUBE_BIN nor ../shared/k8s; the cache is an empty folder of the test's own."""
+    monkeypatch.delenv("BALLAST_KUBE_BIN", raising=False)
+    monkeypatch.setattr(controlplane, "SHARED_K8S", tmp_path / "no-shared")
+    monkeypatch.setenv("BALLAST_KUBE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_binaries_unpacked_by_an_earlier_run_serve_without_a_source(no_source: Path) -> None:
+    _fake_binaries(no_source)
+    assert kube_bin_dir() == no_source
+    assert controlplane.main(["unpack"]) == 0
+
+
+def test_without_a_source_or_a_filled_cache_the_message_says_where_it_looked(
+    no_source: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    no_source.mkdir()
+    (no_source / "kubectl").write_text("")  # one of three is not enough
+    with pytest.raises(MissingPiece, match=r"BALLAST_KUBE_BIN.*shared/k8s.*cache"):
+        kube_bin_dir()
+    assert controlplane.main(["check"]) == 1
+    assert "error: no Kubernetes binaries" in capsys.readouterr().err
+
+
+def test_an_explicit_folder_that_is_wrong_is_not_covered_up_by_the_cache(
+    no_source: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_binaries(no_source)
+    monkeypatch.setenv("BALLAST_KUBE_BIN", str(tmp_path / "missing"))
+    with pytest.raises(MissingPiece, match="is not a folder"):
+        kube_bin_dir()

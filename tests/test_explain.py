@@ -211,3 +211,60 @@ def test_a_fresh_hot_value_of_zero_shows_as_fresh(standalone: TestClient) -> Non
     node["metadata"]["annotations"]["node_hot_value"] = "0,2026-11-22T07:00:00Z"
     node["metadata"]["resourceVersion"] += "-old"
     assert standalone.post("/explain", json=body).json()["nodes"][0]["hotValue"]["fresh"] is False
+
+
+def test_names_mode_without_cache_favours_no_node(standalone: TestClient) -> None:
+    """No node was scored, so none is favoured (every name passes only for want of information)."""
+    body = read_fixture("node-names/01-filter-burstable-checkout-api.json")
+    answer = standalone.post("/explain", json=body).json()
+    assert answer["favoured"] is None
+    assert answer["nodes"] and all(v["score"]["score"] == 0 for v in answer["nodes"])
+
+
+def test_a_favoured_node_is_one_that_was_scored(cached: TestClient) -> None:
+    body = read_fixture("node-names/01-filter-burstable-checkout-api.json")
+    body["NodeNames"] = ["not-in-the-cache", *body["NodeNames"]]
+    answer = cached.post("/explain", json=body).json()
+    views = {v["name"]: v for v in answer["nodes"]}
+    favoured = views[answer["favoured"]]
+    assert favoured["known"] and favoured["filter"]["passes"], favoured
+
+
+def _pod(namespace: str | None) -> dict:
+    pod = copy.deepcopy(POD)
+    pod["metadata"].pop("namespace", None)
+    if namespace is not None:
+        pod["metadata"]["namespace"] = namespace
+    pod["metadata"]["name"] = "w"
+    return pod
+
+
+def test_pods_are_named_namespace_slash_name_or_name_alone(standalone: TestClient) -> None:
+    body = read_fixture("full-nodes/01-filter-burstable-checkout-api.json")
+    body["Pod"] = _pod(None)
+    answer = standalone.post("/explain", json=body).json()
+    assert answer["pod"] == "w"
+    assert {v["estimation"]["incoming"]["pod"] for v in answer["nodes"]} == {"w"}
+    body["Pod"] = _pod("shop")
+    assert standalone.post("/explain", json=body).json()["pod"] == "shop/w"
+
+
+def test_nodes_judge_with_a_placeholder_that_has_no_name(standalone: TestClient) -> None:
+    """/nodes judges with a pod that requests nothing; it shows as no pod, not as ``"/"``."""
+    remember_every_node(standalone)
+    nodes = standalone.get("/nodes").json()["nodes"]
+    one = standalone.get(f"/nodes/{nodes[0]['name']}").json()
+    for view in (*nodes, one):
+        assert view["estimation"]["incoming"]["pod"] is None
+
+
+def test_projected_load_is_shown_without_float_noise(standalone: TestClient) -> None:
+    remember_every_node(standalone)
+    nodes = standalone.get("/nodes").json()["nodes"]
+    one = standalone.get(f"/nodes/{nodes[0]['name']}").json()
+    body = read_fixture("full-nodes/01-filter-burstable-checkout-api.json")
+    explained = standalone.post("/explain", json=body).json()["nodes"]
+    shown = [v["score"]["projectedLoad"] for v in (*nodes, one, *explained)]
+    assert any(x is not None for x in shown)
+    for x in shown:
+        assert x is None or x == round(x, 6), x

@@ -22,6 +22,10 @@ from app.model.policy import Policy
 PLAIN_POD = PodInfo("", "", "", False, 0, 0, 0, 0)
 """What /nodes judges with: a pod that requests nothing (so it is estimated at the policy defaults)."""
 
+PROJECTED_DIGITS = 6
+"""``projectedLoad`` as shown: loads are annotated with 5 decimals, estimates add finer amounts; more
+digits would show only float noise (``1.2825000000029103``)."""
+
 
 def _metric_views(
     load: NodeLoad, policy: Policy, now: float, extra: dict[str, float]
@@ -95,10 +99,22 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
 
 def rank_views(views: list[dict[str, Any]], policy: Policy) -> None:
     """Relative scoring in /nodes and /explain: rank the nodes shown among themselves, as prioritize ranks
-    the names it is sent. Every ranked view keeps crane's absolute score as ``craneScore``. No-op under
-    ``scoring: crane``."""
-    if policy.scoring != "relative":
-        return
+    the names it is sent. Every ranked view keeps crane's absolute score as ``craneScore``. Then (under
+    either scoring) ``projectedLoad`` is rounded for display: ranking used the exact values, as
+    prioritize does."""
+    if policy.scoring == "relative":
+        _rank_relative(views, policy)
+    for view in views:
+        round_projected(view)
+
+
+def round_projected(view: dict[str, Any]) -> None:
+    score = view.get("score", {})
+    if score.get("projectedLoad") is not None:
+        score["projectedLoad"] = round(score["projectedLoad"], PROJECTED_DIGITS)
+
+
+def _rank_relative(views: list[dict[str, Any]], policy: Policy) -> None:
     ranked = [v for v in views if "projectedLoad" in v.get("score", {})]
     scores = relative_scores([v["score"]["projectedLoad"] for v in ranked])
     for v, score in zip(ranked, scores, strict=True):
@@ -107,6 +123,13 @@ def rank_views(views: list[dict[str, Any]], policy: Policy) -> None:
         pod_numa = (v.get("numa") or {}).get("pod")
         if "scoreWithNuma" in v["score"] and pod_numa is not None:
             v["score"]["scoreWithNuma"] = combine(score, pod_numa["numaScore"], policy.topology.score_weight)
+
+
+def _scored(view: dict[str, Any]) -> bool:
+    """Whether prioritize had anything to score this node by: a node it does not know, or one without a
+    fresh priority metric or a NUMA score, scores 0 for want of information and is favoured by nobody."""
+    score = view["score"]
+    return bool(view.get("known")) and (score.get("projectedLoad") is not None or "scoreWithNuma" in score)
 
 
 def numa_view(ext: Extender, node: str, req: NumaRequest | None = None) -> dict[str, Any] | None:
@@ -200,10 +223,10 @@ def explain(
     rank_views(views, policy)
     for view in views:
         final = view["score"].get("scoreWithNuma", view["score"]["score"])
-        if view["filter"]["passes"] and (best is None or final > best[0]):
+        if view["filter"]["passes"] and _scored(view) and (best is None or final > best[0]):
             best = (final, view["name"])
     return {
-        "pod": f"{pod.namespace}/{pod.name}" if pod.name else None,
+        "pod": pod.label or None,
         "nodes": views,
         "favoured": best[1] if best else None,
         "note": "kube-scheduler adds Ballast's score x weight x 10 to its own plugin scores, so it may pick "

@@ -34,7 +34,7 @@ from app.model.policy import Estimation, Policy
 class Estimate:
     uid: str
     pod: str
-    """``namespace/name`` for people reading /nodes."""
+    """``namespace/name`` for people reading /nodes (``PodInfo.label``); empty for /nodes' placeholder."""
     node: str
     cpu_milli: int
     memory_bytes: int
@@ -47,7 +47,7 @@ class Estimate:
 
     def to_json(self, now: float) -> dict[str, object]:
         return {
-            "pod": self.pod,
+            "pod": self.pod or None,
             "uid": self.uid,
             "cpuMilli": self.cpu_milli,
             "memoryBytes": self.memory_bytes,

@@ -91,7 +91,7 @@ class Ledger:
                 if old.node == node and now - old.at < 1.0:
                     return  # the same hold, refreshed within a second: nothing changes
                 self._unindex(pod.uid, old.node, touched)
-            e = Estimate(pod.uid, f"{pod.namespace}/{pod.name}", node, cpu, mem, now, tentative=True)
+            e = Estimate(pod.uid, pod.label, node, cpu, mem, now, tentative=True)
             self._tentative[pod.uid] = e
             self._index(e, touched)
         self._notify(touched)
@@ -127,7 +127,7 @@ class Ledger:
                 known = (size[0], size[1], name)
             elif pod is not None:
                 cpu, mem = estimate_usage(pod, self._policy.estimation)
-                known = (cpu, mem, f"{pod.namespace}/{pod.name}")
+                known = (cpu, mem, pod.label)
             elif held is not None:
                 known = (held.cpu_milli, held.memory_bytes, held.pod)
             # Unknown size (the pod watch will report it) or placed so long ago that every measurement
@@ -184,7 +184,7 @@ class Ledger:
 
     def incoming(self, pod: PodInfo, now: float) -> Estimate:
         cpu, mem = estimate_usage(pod, self._policy.estimation)
-        return Estimate(pod.uid, f"{pod.namespace}/{pod.name}", "", cpu, mem, now, tentative=True)
+        return Estimate(pod.uid, pod.label, "", cpu, mem, now, tentative=True)
 
     def units(
         self, load: NodeLoad, now: float, skip: str | None = None, bound_only: bool = False

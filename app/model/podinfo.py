@@ -28,6 +28,12 @@ class PodInfo:
     def key(self) -> str:
         return self.uid or f"{self.namespace}/{self.name}"
 
+    @property
+    def label(self) -> str:
+        """``namespace/name`` for people reading /nodes and /explain; the name alone when the pod has no
+        namespace, empty for a pod without a name."""
+        return f"{self.namespace}/{self.name}" if self.namespace and self.name else self.name
+
 
 _MEMO_CAP = 4096
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 
 from app.extender.api.responses import JSONBytes, error
 from app.extender.api.state import services
-from app.extender.explain import PLAIN_POD, explain, explain_node, rank_views
+from app.extender.explain import PLAIN_POD, explain, explain_node, rank_views, round_projected
 from app.extender.extender import Extender
 from app.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS
 from app.extender.wire import parse_extender_args
@@ -74,7 +74,9 @@ async def node(request: Request, name: str) -> JSONBytes:
         return error(
             404, "name", f"node {name!r} is not known to this extender (not in the cache or any request)"
         )
-    return JSONBytes(explain_node(ext, load, PLAIN_POD, ext.clock()))
+    view = explain_node(ext, load, PLAIN_POD, ext.clock())
+    round_projected(view)
+    return JSONBytes(view)
 
 
 @router.post(

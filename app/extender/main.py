@@ -133,6 +133,8 @@ def create_app(
     """
     metrics = metrics or ExtenderMetrics()
     store = PolicyStore(policy, policy_path, metrics)
+    metrics.know(policy)
+    store.on_change(metrics.know)
     ledger = Ledger(policy, clock)
     cache = binder = None
     if kube is not None:

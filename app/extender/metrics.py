@@ -6,7 +6,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from app.model.annotations import HOT_VALUE_KEY
 from app.model.nodestate import NodeLoad
+from app.model.policy import Policy
 from app.model.policy_store import policy_reload_metrics
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -77,6 +79,17 @@ class ExtenderMetrics:
             self._request_children[(verb, code)] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def know(self, policy: Policy) -> None:
+        """Put the metric-labelled counters' labels ``policy`` can produce on /metrics at 0 (at start and
+        after each reload), so dashboards and alerts see them before their first event. Labels of metrics
+        a reload dropped stay, with their counts."""
+        for metric in (*policy.metrics, HOT_VALUE_KEY):
+            self.bad_annotations.labels(metric)
+        for predicate in policy.predicates:
+            self.rejected.labels(predicate.name)
+            self.binds_refused.labels(predicate.name)
+        self.rejected.labels("numa")
 
     def count_bad(self, load: NodeLoad) -> None:
         """Count a parsed node's bad annotations (called once per parse, i.e. per node change)."""

@@ -51,6 +51,8 @@ def policy_reload_metrics(prefix: str, registry: CollectorRegistry) -> tuple[Cou
         registry=registry,
     )
     ok.set(1)
+    for result in ("ok", "error"):
+        reloads.labels(result)  # on /metrics at 0 from the start, for dashboards and alerts
     return reloads, ok
 
 

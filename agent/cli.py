@@ -94,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--cri-endpoint",
         default="unix:///run/containerd/containerd.sock",
         metavar="URL",
-        help="CRI runtime socket for cpuset updates (containerd's by default)",
+        help="CRI runtime socket for cpuset updates (containerd's; CRI-O: unix:///var/run/crio/crio.sock)",
     )
     cpu.add_argument(
         "--cpu-state-file",
@@ -137,6 +137,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     commands = agent.add_subparsers(dest="agent_command", metavar="COMMAND")
     topology = commands.add_parser(
         "topology",
+        # Named outright: argparse would build it from the agent's two-line usage above.
+        prog=f"{agent.prog} topology",
+        formatter_class=HelpFormatter,
         help="print the CPU/NUMA topology discovered from sysfs, then exit",
         description="Print the CPUs (core, socket, NUMA node) and NUMA nodes (CPUs, memory, distances) that "
         "topology discovery finds, as a table or as JSON.",

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,39 @@ def test_port_in_use_never_says_listening() -> None:
         )
     assert r.returncode != 0
     assert "listening on" not in r.stderr
+
+
+def _help(*command: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "ballast", *command, "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    return " ".join(out.split())
+
+
+def test_agent_topology_usage_is_its_own_command_line() -> None:
+    out = _help("agent", "topology")
+    assert out.startswith("usage: ballast agent topology [-h] [--sysfs DIR] [--json] "), out
+
+
+def test_every_flag_with_a_default_shows_it() -> None:
+    """A default is shown unless the help says it in words; then it must say the value itself."""
+    for command in ("extender", "annotator", "agent"):
+        parser = next(a for a in build_parser()._actions if a.dest == "command").choices[command]  # type: ignore[attr-defined]
+        flat = _help(command)
+        for action in parser._actions:
+            if action.default in (None, False, "", [], argparse.SUPPRESS) or not action.option_strings:
+                continue
+            if isinstance(action.default, str) and action.help:
+                shown = f"(default: {action.default})" in flat or action.default in " ".join(
+                    action.help.split()
+                )
+                assert shown, f"ballast {command} {action.option_strings[0]}: its default is not shown"
+
+
+def test_the_extender_resync_help_names_everything_it_relists() -> None:
+    """``--resync`` relists every watch of the node cache (ClusterCache's reflectors)."""
+    flat = _help("extender").lower()
+    start = flat.rindex("--resync duration")  # in the options, not the usage line
+    resync = flat[start : flat.index("--api-timeout duration", start)]
+    for watched in ("nodes", "pods", "noderesourcetopologies"):
+        assert watched in resync, resync

@@ -248,7 +248,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         type=duration,
         default="5m",
         metavar="DURATION",
-        help="relist nodes and pods this often even when the watches are healthy",
+        help="relist nodes and the binding source (bound pods, Scheduled events: --binding-source) this "
+        "often even when the watches are healthy",
     )
 
     add_common(p)

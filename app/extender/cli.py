@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         type=positive_seconds,
         default="5m",
         metavar="DURATION",
-        help="relist nodes and pods this often even when the watches are healthy",
+        help="relist nodes, bound pods and NodeResourceTopologies this often even when the watches are "
+        "healthy",
     )
     p.add_argument(
         "--api-timeout",

@@ -82,3 +82,22 @@ def test_a_venv_from_another_python_is_rebuilt_under_the_install_lock(tmp_path: 
     real = subprocess.run([sys.executable, "-c", IDENTITY], capture_output=True, text=True)
     # sys.executable is this test's venv: both answer with the base interpreter's version and prefix
     assert rebuilt.stdout == real.stdout and rebuilt.stdout
+
+
+def test_the_editable_install_prints_no_setuptools_note() -> None:
+    """The install ``make`` runs (here into this test's own venv, a reinstall of the same tree) says
+    nothing on success: setuptools' "Editable installation" note is information only."""
+    venv = Path(sys.prefix)
+    stamp = ".installed-by-test-makefile"
+    try:
+        done = subprocess.run(
+            [ROOT / "scripts" / "ensure-venv", sys.executable, venv, ".", stamp],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        (venv / stamp).unlink(missing_ok=True)
+    assert done.returncode == 0, done.stderr
+    assert "Editable installation" not in done.stderr + done.stdout, done.stderr

@@ -223,14 +223,15 @@ def test_the_agent_gets_its_host_paths_and_nothing_else() -> None:
     ds = get(DOCS, "DaemonSet", "ballast-agent")
     pod = ds["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    host = {v["name"]: v["hostPath"] for v in pod["volumes"]}
+    host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    assert {v["name"] for v in pod["volumes"]} - set(host) == {"result-key"}
     assert {v["path"]: v["type"] for v in host.values()} == {
         "/sys/devices/system": "Directory",
         "/var/lib/kubelet/config.yaml": "File",
         "/run/containerd/containerd.sock": "Socket",
         "/var/lib/ballast": "DirectoryOrCreate",
     }
-    mounts = {host[m["name"]]["path"]: m for m in c["volumeMounts"]}
+    mounts = {host[m["name"]]["path"]: m for m in c["volumeMounts"] if m["name"] in host}
     writable = {p for p, m in mounts.items() if not m.get("readOnly")}
     assert writable == {"/var/lib/ballast"}
     args = cli.build_parser().parse_args(c["args"])
@@ -401,6 +402,81 @@ def test_kubectl_kustomize_renders_exactly_the_manifests() -> None:
     assert sorted(map(ident, rendered)) == sorted(map(ident, DOCS))
     images = {c["image"] for w in workloads(rendered) for c in all_containers(w["spec"]["template"]["spec"])}
     assert images == {IMAGE, KUBE_SCHEDULER_IMAGE}
+
+
+RESULT_KEY_SECRET = "ballast-result-key"
+
+
+def render(directory: Path = DEPLOY) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _sealing(pod: dict[str, Any], container: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The key file ``container`` is started with, and the pod volume it is read from."""
+    args = container["args"]
+    assert "--result-key-file" in args, f"{container['name']} runs without --result-key-file"
+    key_file = Path(args[args.index("--result-key-file") + 1])
+    mounts = {m["mountPath"]: m for m in container.get("volumeMounts") or []}
+    mount = mounts.get(str(key_file.parent))
+    assert mount is not None and mount.get("readOnly"), f"{container['name']}: {key_file} is not mounted"
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    return key_file.name, volume
+
+
+def test_the_rendered_install_seals_topology_results() -> None:
+    """Secure by default: what `kubectl apply -k` installs starts the extender and every agent with the
+    same result key, from a Secret the install step creates (never rendered here), and not optional, so
+    neither runs unsealed when the Secret is missing."""
+    rendered = render()
+    pods = {w["metadata"]["name"]: w["spec"]["template"]["spec"] for w in workloads(rendered)}
+    extender = next(c for c in all_containers(pods["ballast-scheduler"]) if c["name"] == "extender")
+    (agent,) = pods["ballast-agent"]["containers"]
+    for pod, container in ((pods["ballast-scheduler"], extender), (pods["ballast-agent"], agent)):
+        key, volume = _sealing(pod, container)
+        secret = volume["secret"]
+        assert secret["secretName"] == RESULT_KEY_SECRET and not secret.get("optional"), volume
+        assert key in {i["path"] for i in secret.get("items") or []} | {"key"}
+        assert secret["defaultMode"] & 0o007 == 0, "not readable by other users"
+    assert not [d for d in rendered if d["kind"] == "Secret"], "no key is rendered into the manifests"
+    # the install step creates exactly that Secret, with a key long enough for load_key
+    guide = OPERATORS.read_text()
+    create = (
+        f"kubectl -n ballast-system create secret generic {RESULT_KEY_SECRET} \\\n"
+        '     --from-literal=key="$(openssl rand -hex 32)"'
+    )
+    assert create in guide
+    assert guide.index("kubectl apply -f scheduler_config/deploy/namespace.yaml") < guide.index(create)
+    assert guide.index(create) < guide.index("kubectl apply -k scheduler_config/deploy")
+
+
+def _scrapers(rendered: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        d["metadata"]["name"]: [peer for rule in d["spec"]["ingress"] for peer in rule["from"]]
+        for d in rendered
+        if d["kind"] == "NetworkPolicy"
+    }
+
+
+def test_the_scrapers_namespace_is_one_install_choice(tmp_path: Path) -> None:
+    """kustomization.yaml's patch sets the namespace both NetworkPolicies admit, as the guide says."""
+    only = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    assert _scrapers(render()) == {"ballast-annotator-metrics": [only], "ballast-agent-metrics": [only]}
+    copy_dir = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, copy_dir)
+    kustomization = copy_dir / "kustomization.yaml"
+    text = kustomization.read_text()
+    assert text.count("value: monitoring") == 1
+    kustomization.write_text(text.replace("value: monitoring", "value: observability"))
+    other = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+    assert _scrapers(render(copy_dir)) == {
+        "ballast-annotator-metrics": [other],
+        "ballast-agent-metrics": [other],
+    }
+    assert "value: monitoring" in OPERATORS.read_text(), "the install steps show where to set it"
 
 
 def test_the_crd_and_the_prometheus_rule_are_not_copied_here() -> None:

@@ -9,6 +9,7 @@ listed in EXEMPT with the reason no Ballast code path can show them.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from app.extender.main import create_app
 from app.model.policy import load_policy
 from ballast import cli
 from common.kube import Kube, load_api_client
+from common.seal import SEAL_ANNOTATION, load_key
 from common.topology_annotations import AWARENESS_KEY
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.annotator.helpers import StubPrometheus, bind_pod, constant_prometheus
@@ -78,6 +80,13 @@ def replace_flag(args: list[str], flag: str, value: str) -> list[str]:
     return out
 
 
+def result_key_file(tmp_path: Path) -> Path:
+    """What the Secret ballast-result-key holds, as install step 4 creates it (64 hex characters)."""
+    path = tmp_path / "result-key"
+    path.write_text(secrets.token_hex(32))
+    return path
+
+
 def policy_file(tmp_path: Path) -> Path:
     """The policy exactly as the pods see it: the ballast-policy ConfigMap's file."""
     cm = workload("ConfigMap", "ballast-policy")
@@ -113,8 +122,9 @@ def test_extender_rbac_is_exactly_what_the_extender_calls(
     """filter, prioritize, bind (NUMA result patch, Binding; a pod filter never saw), preempt, cache sync."""
     pod_spec = workload("Deployment", "ballast-scheduler")["spec"]["template"]["spec"]
     sidecar = ballast_container(pod_spec, "extender")
+    argv = replace_flag(sidecar["args"], "--policy", str(policy_file(tmp_path)))
     args = cli.build_parser().parse_args(
-        replace_flag(sidecar["args"], "--policy", str(policy_file(tmp_path)))
+        replace_flag(argv, "--result-key-file", str(result_key_file(tmp_path)))
     )
 
     for name in ("n1", "n2"):
@@ -143,6 +153,7 @@ def test_extender_rbac_is_exactly_what_the_extender_calls(
         policy_poll_seconds=0,
         kube=kube,
         resync_seconds=args.resync,
+        result_key=load_key(args.result_key_file),
     )
     with TestClient(app) as client:
         assert app.state.services.cache.wait_synced(10)
@@ -158,6 +169,7 @@ def test_extender_rbac_is_exactly_what_the_extender_calls(
             bound = fake_kube.get("pods", name, namespace="shop")
             assert bound["spec"]["nodeName"] == "n1"  # type: ignore[index]
             assert "topology.crane.io/topology-result" in bound["metadata"]["annotations"]  # type: ignore[index]
+            assert SEAL_ANNOTATION in bound["metadata"]["annotations"]  # type: ignore[index]
         preempt = {
             "Pod": pod,
             "NodeNameToMetaVictims": {
@@ -351,6 +363,7 @@ def agent_args(kubeconfig: Path, tmp_path: Path, *extra: str) -> Any:
     """The DaemonSet's own arguments, with this test's sysfs tree, kubelet config and state file."""
     c = ballast_container(workload("DaemonSet", "ballast-agent")["spec"]["template"]["spec"], "agent")
     args = replace_flag(c["args"], "--sysfs", str(write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT)))
+    args = replace_flag(args, "--result-key-file", str(result_key_file(tmp_path)))
     kubelet = tmp_path / "kubelet.yaml"
     kubelet.write_text("kubeReserved: {cpu: '1'}\n")
     args += [

@@ -8,6 +8,8 @@ and the agent and the extender's zone accounting ignore results whose seal does 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ from common.seal import SEAL_ANNOTATION, SealKeyError, load_key, seal, verify
 from common.topology_annotations import render_topology_result
 from tests.agent.cri_fake import SCHEDULER, container, pod
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
-from tests.conftest import POLICY_FILE, wait_for
+from tests.conftest import POLICY_FILE, ROOT, wait_for
 from tests.fakekube import make_nrt
 from tests.test_numa import N1, guaranteed, node, zones
 
@@ -92,6 +94,24 @@ def test_extender_refuses_a_bad_key_file(tmp_path: Path) -> None:
     short.write_bytes(b"abc")
     code = ballast_main(["extender", "--policy", str(POLICY_FILE), "--result-key-file", str(short)])
     assert code == 2
+
+
+@pytest.mark.parametrize("unreadable", ["missing", "a-directory"])
+def test_extender_refuses_to_start_with_an_unreadable_key_rather_than_run_unsealed(
+    tmp_path: Path, unreadable: str
+) -> None:
+    """The shipped manifests pass --result-key-file; a Secret that is not there must stop the extender,
+    not leave it serving unsealed results (it exits before it listens)."""
+    (tmp_path / "a-directory").mkdir()
+    path = tmp_path / unreadable
+    done = subprocess.run(
+        [sys.executable, "-m", "ballast", "extender", "--policy", str(POLICY_FILE), "--port", "0",
+         "--result-key-file", str(path)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"cannot read the result key file {path}" in done.stderr
+    assert "listening on" not in done.stderr + done.stdout
 
 
 @pytest.fixture

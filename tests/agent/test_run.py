@@ -271,6 +271,24 @@ def test_bad_topology_or_cluster_config_exit_before_any_request(
     assert fake_kube.requests == []
 
 
+@pytest.mark.parametrize("unreadable", ["missing", "a-directory"])
+def test_an_unreadable_result_key_stops_the_agent_before_any_request(
+    fake_kube: FakeKube,
+    node_env: dict[str, Path],
+    tmp_path: Path,
+    unreadable: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With --result-key-file given (as the shipped DaemonSet does), a key that cannot be read stops the
+    agent: it never falls back to trusting results by schedulerName alone."""
+    (tmp_path / "a-directory").mkdir()
+    path = tmp_path / unreadable
+    assert run(agent_args(node_env, "--result-key-file", str(path))) == 2
+    assert f"cannot read the result key file {path}" in caplog.text
+    assert "trusted by schedulerName alone" not in caplog.text
+    assert fake_kube.requests == []
+
+
 def test_health_server_is_not_ready_before_the_first_publish() -> None:
     ready = threading.Event()
     server = HealthServer("127.0.0.1", 0, CollectorRegistry(), ready=published_probe(ready)).start()

@@ -10,7 +10,11 @@ import pytest
 
 from tests.conftest import ROOT
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "scheduler_config" / "examples" / "README.md",
+]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 TOC_LINE = re.compile(r"^ *- \[(?P<title>.+)\]\(#(?P<anchor>[^)]+)\)$")
 
@@ -63,7 +67,8 @@ def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
 def test_every_page_is_linked_from_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     for page in PAGES[1:]:
-        assert f"](docs/{page.name})" in readme, f"the README does not link docs/{page.name}"
+        link = page.relative_to(ROOT).as_posix()
+        assert f"]({link})" in readme, f"the README does not link {link}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])

@@ -1,5 +1,5 @@
 """The configuration reference lists every metric the programs export, and no page of the documentation
-(README.md, docs/) names one they do not."""
+(README.md, docs/, the examples) names one they do not."""
 
 from __future__ import annotations
 
@@ -29,7 +29,12 @@ def test_every_exported_metric_is_documented_and_every_documented_one_exists() -
     reference = (ROOT / "docs" / "configuration.md").read_text()
     documented = names_in(reference.split("\n## Metrics\n")[1].split("\n## ")[0])
     assert sorted(code - documented) == [], "exported but not in docs/configuration.md's Metrics"
-    for page in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))):
+    pages = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *(ROOT / "scheduler_config").rglob("*.md"),
+    ]
+    for page in pages:
         named = names_in(page.read_text())
         assert sorted(named - code) == [], f"in {page.relative_to(ROOT)} but not exported"
 

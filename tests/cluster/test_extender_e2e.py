@@ -301,3 +301,58 @@ def test_killing_the_extender_mid_burst_loses_no_pod_and_binds_none_twice(
     assert set(placed) == set(everything)
     # none lost, none duplicated: exactly the created pods exist, each bound to one node
     assert sorted(p.metadata.name for p in core.list_namespaced_pod("default").items) == sorted(everything)
+
+
+EXAMPLES = ROOT / "scheduler_config" / "examples"
+
+
+def explain(ballast: Extender, pod: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{ballast.url}/explain", data=json.dumps({"Pod": pod}).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return json.load(resp)
+
+
+def test_the_examples_are_scheduled_as_their_readme_says(cluster: ControlPlane, ballast: Extender) -> None:
+    """scheduler_config/examples/ as an operator applies them: the real API server takes both files, Ballast
+    places the Deployment's pod on the node that passes, and the Guaranteed pod gets one zone with its 2
+    CPUs; /explain answers what the README says to look for."""
+    core = cluster.core()
+    zone = {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}
+    nrt = make_nrt("numa", zones=[{"name": f"node{i}", "type": "Node", "resources": zone} for i in range(2)])
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(nrt))
+    create_nodes(
+        core,
+        [
+            node_body("numa", cpu="8", annotations=load(0.20)),
+            node_body("busy", cpu="8", annotations=load(0.90)),
+        ],
+    )
+
+    def nrt_seen() -> bool:
+        with urllib.request.urlopen(f"{ballast.url}/nodes", timeout=5) as resp:
+            nodes = {n["name"]: n for n in json.load(resp)["nodes"]}
+        return bool(nodes.get("numa", {}).get("numa", {}).get("nrt"))
+
+    wait_until(nrt_seen, None, "the extender's cache holding the node's NodeResourceTopology")
+    deployment = EXAMPLES / "deployment.yaml"
+    cluster.kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(deployment))
+    cluster.kubectl("apply", "-n", "default", "-f", str(EXAMPLES / "guaranteed-pod.yaml"))
+    # One of the Deployment's pods, as its ReplicaSet would create it (no controller manager runs here).
+    template = yaml.safe_load(deployment.read_text())["spec"]["template"]
+    web = {"metadata": {"name": "ballast-example-web-1", **template["metadata"]}, "spec": template["spec"]}
+    core.create_namespaced_pod("default", web)
+    placed = wait_bound(core, ["ballast-example-pinned", "ballast-example-web-1"])
+    assert placed == {"ballast-example-pinned": "numa", "ballast-example-web-1": "numa"}
+    pinned = core.read_namespaced_pod("ballast-example-pinned", "default")
+    (chosen,) = json.loads(pinned.metadata.annotations[TOPOLOGY_RESULT])
+    assert chosen["name"] in ("node0", "node1") and chosen["resources"]["capacity"] == {"cpu": "2"}
+    for name in placed:
+        pod = core.api_client.sanitize_for_serialization(core.read_namespaced_pod(name, "default"))
+        answer = explain(ballast, pod)
+        views = {v["name"]: v for v in answer["nodes"]}
+        assert answer["favoured"] == "numa", answer
+        assert views["busy"]["filter"]["passes"] is False
+        assert "above the limit" in views["busy"]["filter"]["reason"]
+        assert views["numa"]["score"]["projectedLoad"] is not None

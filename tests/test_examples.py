@@ -1,0 +1,64 @@
+"""scheduler_config/examples/: each workload is what its comment and README say it is (the real API server
+and kube-scheduler run them in tests/cluster/test_extender_e2e.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from app.extender.numa import numa_request
+from common.podspec import parse_pod
+from tests.conftest import ROOT
+
+EXAMPLES = ROOT / "scheduler_config" / "examples"
+DEPLOY = ROOT / "scheduler_config" / "deploy"
+
+
+def load(name: str) -> dict[str, Any]:
+    (doc,) = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    return doc
+
+
+def ballast_scheduler_name() -> str:
+    """The profile name of the scheduler the manifests install (its ConfigMap's configuration)."""
+    (cm,) = [d for d in yaml.safe_load_all((DEPLOY / "scheduler-config.yaml").read_text()) if d]
+    config = yaml.safe_load(next(iter(cm["data"].values())))
+    (profile,) = config["profiles"]
+    return profile["schedulerName"]
+
+
+def pod_of(deployment: dict[str, Any]) -> dict[str, Any]:
+    template = deployment["spec"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": template["metadata"], "spec": template["spec"]}
+
+
+def test_the_deployment_is_scheduled_by_ballast_and_takes_no_exclusive_cpus() -> None:
+    dep = load("deployment.yaml")
+    assert dep["kind"] == "Deployment"
+    assert dep["spec"]["template"]["spec"]["schedulerName"] == ballast_scheduler_name()
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert numa_request(pod_of(dep)) is None  # Burstable: shares the CPUs, no NUMA placement
+
+
+def test_the_guaranteed_pod_needs_two_exclusive_cpus_in_one_zone() -> None:
+    pod = load("guaranteed-pod.yaml")
+    assert pod["spec"]["schedulerName"] == ballast_scheduler_name()
+    info = parse_pod(pod)
+    assert info.qos == "Guaranteed" and info.exclusive_cpus == 2
+    req = numa_request(pod)
+    assert req is not None and (req.cpus, req.aware, req.policy) == (2, True, "exclusive")
+
+
+def test_images_are_pinned_and_the_readme_names_both_files() -> None:
+    readme = (EXAMPLES / "README.md").read_text()
+    for name in ("deployment.yaml", "guaranteed-pod.yaml"):
+        doc = load(name)
+        spec = doc["spec"]["template"]["spec"] if doc["kind"] == "Deployment" else doc["spec"]
+        for c in spec["containers"]:
+            assert re.search(r":[\w.-]+$", c["image"]) and not c["image"].endswith(":latest"), c["image"]
+        assert f"kubectl apply -f scheduler_config/examples/{name}" in readme
+        assert f"kubectl delete -f scheduler_config/examples/{name}" in readme
+        assert doc["metadata"]["name"] in readme

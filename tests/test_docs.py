@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ballast.cli import build_parser
 from tests.conftest import ROOT
 
 PAGES = [
@@ -95,3 +96,25 @@ def test_a_table_of_contents_lists_the_sections_in_order(page: Path) -> None:
     assert [order[e] for e in toc] == sorted(order[e] for e in toc), f"{page.name}: the TOC is out of order"
     sections = [(title, anchor) for title, anchor, level in entries if level == 2]
     assert [e for e in toc if e in sections] == sections, f"{page.name}: the TOC does not list every section"
+
+
+def _program_flags(command: str) -> set[str]:
+    parser = next(a for a in build_parser()._actions if a.dest == "command").choices[command]  # type: ignore[attr-defined]
+    parsers = [
+        parser,
+        *(sub for a in parser._actions if a.dest == "agent_command" for sub in a.choices.values()),
+    ]
+    return {s for p in parsers for a in p._actions for s in a.option_strings if s.startswith("--")} - {
+        "--help"
+    }
+
+
+@pytest.mark.parametrize("command", ["extender", "annotator", "agent"])
+def test_the_configuration_reference_lists_every_flag_and_no_other(command: str) -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text.split(f"\n## `ballast {command}` flags\n")[1].split("\n## ")[0]
+    section = section.replace("--[no-]", "--no-") + section.replace("--[no-]", "--")  # --[no-]leader-elect
+    documented = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", section)) - {"--help"}
+    flags = _program_flags(command)
+    assert sorted(flags - documented) == [], f"ballast {command}: flags missing from docs/configuration.md"
+    assert sorted(documented - flags) == [], f"docs/configuration.md names flags ballast {command} lacks"

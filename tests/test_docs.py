@@ -118,3 +118,16 @@ def test_the_configuration_reference_lists_every_flag_and_no_other(command: str)
     flags = _program_flags(command)
     assert sorted(flags - documented) == [], f"ballast {command}: flags missing from docs/configuration.md"
     assert sorted(documented - flags) == [], f"docs/configuration.md names flags ballast {command} lacks"
+
+
+def test_the_readme_names_every_package_ci_installs() -> None:
+    """Prerequisites and Tests together name what `.ci/run` installs on a bare Debian, so a contributor
+    who follows the README runs every test."""
+    (ci,) = re.findall(r"^apt_packages=\(([^)]*)\)", (ROOT / ".ci" / "run").read_text(), flags=re.M)
+    readme = (ROOT / "README.md").read_text()
+    (listed,) = re.findall(r"`apt-get install (prometheus [^`]*)`", readme)
+    prerequisites = readme.split("\n## Prerequisites\n")[1].split("\n## ")[0]
+    for tool in ("python3-venv", "make", "flock", "jq", "curl"):
+        assert re.search(rf"`(apt-get install )?{tool}`", prerequisites), tool
+    basics = {"python3", "python3-venv", "make", "util-linux"}  # util-linux: flock
+    assert set(listed.split()) == set(ci.split()) - basics

@@ -128,6 +128,9 @@ def test_extender_rbac_is_exactly_what_the_extender_calls(
         for i in range(2)
     ]
     fake_kube.add(make_nrt("n1", zones=zones))
+    fake_kube.register_custom_resource(
+        "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies", "NodeResourceTopology"
+    )
     victim = fake_kube.add(make_pod("batch", namespace="shop", node_name="n2", cpu="1", memory="1Gi"))
     for name in ("web-1", "web-2"):
         fake_kube.add(
@@ -146,7 +149,7 @@ def test_extender_rbac_is_exactly_what_the_extender_calls(
     )
     with TestClient(app) as client:
         assert app.state.services.cache.wait_synced(10)
-        assert fake_kube.wait_for_watches(3)
+        assert fake_kube.wait_for_watches(4)
         pod = fake_kube.get("pods", "web-1", namespace="shop")
         body = {"Pod": pod, "NodeNames": ["n1", "n2"]}
         assert client.post("/filter", json=body).status_code == 200

@@ -328,3 +328,26 @@ def test_fingerprint_matches_the_reference_signature_and_ignores_order() -> None
     assert fingerprint(pods) == "pfp0v001607b76a0e9d3aeb4"  # podfingerprint's compat-tiny vector
     assert fingerprint(reversed(pods)) == fingerprint(pods)
     assert fingerprint(pods[:2]) != fingerprint(pods)
+
+
+def test_the_api_coordinates_match_the_shipped_crd() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from common.nrt_api import COMMUNITY_GROUP, COMMUNITY_NRT_PATH, COMMUNITY_VERSION, KIND, PLURAL
+
+    root = Path(__file__).resolve().parents[1]
+    crd = yaml.safe_load((root / "scheduler_config" / "crd-noderesourcetopology-v1alpha2.yaml").read_text())
+    spec = crd["spec"]
+    assert (spec["group"], spec["names"]["plural"], spec["names"]["kind"], spec["scope"]) == (
+        COMMUNITY_GROUP,
+        PLURAL,
+        KIND,
+        "Cluster",
+    )
+    (version,) = spec["versions"]
+    assert version["name"] == COMMUNITY_VERSION and version["storage"] is True
+    assert f"/apis/{COMMUNITY_GROUP}/{COMMUNITY_VERSION}/{PLURAL}" == COMMUNITY_NRT_PATH
+    resource = version["schema"]["openAPIV3Schema"]["properties"]["zones"]["items"]["properties"]["resources"]
+    assert resource["items"]["required"] == ["name", "capacity", "allocatable", "available"]

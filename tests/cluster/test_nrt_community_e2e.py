@@ -191,3 +191,54 @@ def test_the_api_server_rejects_what_the_schema_forbids(cluster: ControlPlane, b
 def malformed_counted(ext: Extender) -> bool:
     with urllib.request.urlopen(f"{ext.url}/metrics", timeout=5) as resp:
         return "ballast_extender_nrt_malformed_total 1.0" in resp.read().decode()
+
+
+def test_the_agents_v1alpha2_object_is_accepted_by_the_api_server_and_read_by_the_extender(
+    cluster: ControlPlane, ballast: Extender, tmp_path: Path
+) -> None:
+    from agent.cpuset import CPUSet
+    from agent.kubelet_config import KubeletSettings
+    from agent.publisher import Publisher, Result
+    from agent.topology_sysfs import read_topology
+    from common.kube import Kube
+    from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
+
+    class Settings:
+        description = "test settings"
+
+        def settings(self) -> KubeletSettings:
+            return KubeletSettings()
+
+    core = cluster.core()
+    create_nodes(core, [node_body("agent-node", cpu="64")])
+    topology = read_topology(write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT))
+    zone1 = topology.cpus_in_numa(1)
+    held = {"uid-1": ("default", "pinned", CPUSet(list(zone1)[:2]))}
+    kube = Kube(cluster.api())
+    publisher = Publisher(kube, "agent-node", topology, Settings(), publish={"community"}, held=lambda: held)
+    assert publisher.publish_once() is Result.UNCHANGED  # the crane object is not published
+    assert publisher.metrics.community_publishes.labels("created")._value.get() == 1
+    wait_seen(ballast, {"agent-node": "single-numa-node"})
+    view = nodes_view(ballast)["agent-node"]["numaCommunity"]
+    z0, z1 = view["zones"]
+    assert z1["available"]["cpu"] == z1["allocatable"]["cpu"] - 2000
+    assert z0["available"]["cpu"] == z0["allocatable"]["cpu"]
+    # the real scheduler, through Ballast, holds pods to what a zone has
+    too_big = str(z0["available"]["cpu"] // 1000 + 1)
+    fits = str(z1["available"]["cpu"] // 1000)
+    create_pods(core, ["too-big"], {"cpu": too_big, "memory": "1Gi"}, {"cpu": too_big, "memory": "1Gi"})
+    create_pods(core, ["fits"], {"cpu": fits, "memory": "1Gi"}, {"cpu": fits, "memory": "1Gi"})
+    assert wait_bound(core, ["fits"]) == {"fits": "agent-node"}
+    wait_unschedulable(core, {"too-big"})
+    # an assignment changes: the next publish patches available
+    held["uid-2"] = ("default", "fits", CPUSet(list(zone1)[2 : 2 + int(fits)]))
+    publisher.publish_once()
+    assert publisher.metrics.community_publishes.labels("patched")._value.get() == 1
+    wait_until(
+        lambda: (
+            nodes_view(ballast)["agent-node"]["numaCommunity"]["zones"][1]["available"]["cpu"]
+            == max(0, z1["allocatable"]["cpu"] - 2000 - int(fits) * 1000)
+        ),
+        None,
+        "the extender reading the patched object",
+    )

@@ -125,6 +125,7 @@ def create_app(
     scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
     result_key: bytes | None = None,
     access_log: bool = True,
+    nrt_assume_ttl: float = 120.0,
 ) -> FastAPI:
     """Build the extender app.
 
@@ -147,6 +148,7 @@ def create_app(
             allowed_schedulers=scheduler_names,
             result_key=result_key,
             on_malformed_nrt=lambda _bad: metrics.nrt_malformed.inc(),
+            community_assume_ttl=nrt_assume_ttl,
         )
     extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
     community = None

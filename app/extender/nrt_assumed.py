@@ -51,6 +51,10 @@ class AssumedRecord:
                     del self._by_node[entry.node]
         return entry
 
+    def any_on(self, node: str) -> bool:
+        """Whether the node has entries (expired ones included): the per-request check before a copy."""
+        return node in self._by_node
+
     def has(self, uid: str) -> bool:
         return uid in self._by_uid
 

@@ -24,6 +24,7 @@ narrowest hint and breaks ties by order), so the accounting here subtracts from 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -78,14 +79,10 @@ class CommunityTopology:
     """``nodeTopologyPodsFingerprint``: the pods the exporter counted in ``available``."""
     fingerprint_method: str | None = None
     resource_version: str | None = None
-
-    @property
-    def filters(self) -> bool:
-        return self.policy == SINGLE_NUMA_NODE and bool(self.zones)
-
-    def reported(self) -> frozenset[str]:
-        """The resources some zone reports (the others are not NUMA-aligned on this node)."""
-        return frozenset(r for z in self.zones for r in z.available)
+    reported: frozenset[str] = frozenset()
+    """The resources some zone reports (the others are not NUMA-aligned on this node)."""
+    filters: bool = False
+    """Policy single-numa-node with zones: the only objects a pod can fail on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +215,8 @@ def parse_community(obj: Mapping[str, Any]) -> CommunityTopology | Malformed:
         fingerprint=attributes.get(FINGERPRINT_ATTRIBUTE),
         fingerprint_method=attributes.get(FINGERPRINT_METHOD_ATTRIBUTE),
         resource_version=rv if isinstance(rv, str) else None,
+        reported=frozenset(r for z in zones for r in z.available),
+        filters=policy == SINGLE_NUMA_NODE,
     )
 
 
@@ -233,6 +232,23 @@ class Demand:
     """``(name, kind, aligned requests)`` in spec order; kind is ``init``, ``sidecar`` or ``app``."""
     pod: Mapping[str, int]
     """The pod's effective request of the same resources (the pod scope's single hint)."""
+    _steps: dict[tuple[str, frozenset[str]], tuple[tuple[str, str, dict[str, int]], ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """``steps`` memo: most nodes of a cluster share a scope and a set of reported resources."""
+
+    def steps(self, scope: str, reported: frozenset[str]) -> tuple[tuple[str, str, dict[str, int]], ...]:
+        """What is checked, in order, on a node with ``scope`` whose zones report ``reported``:
+        ``(name, kind, resources)``, leaving out resources no zone reports and steps left empty."""
+        key = (scope, reported)
+        steps = self._steps.get(key)
+        if steps is None:
+            raw = [("pod", "app", self.pod)] if scope == "pod" else self.containers
+            steps = tuple(
+                (n, k, w) for n, k, full in raw if (w := {r: v for r, v in full.items() if r in reported})
+            )
+            self._steps[key] = steps
+        return steps
 
 
 def _native(resource: str) -> bool:
@@ -318,6 +334,7 @@ class CommunityFit:
         return len({z for z, _ in self.placements})
 
 
+@functools.lru_cache(maxsize=4096)
 def _show(resource: str, amount: int) -> str:
     if resource == "cpu":
         return f"cpu {format_cpu_milli(amount)}"
@@ -327,12 +344,15 @@ def _show(resource: str, amount: int) -> str:
 
 
 def _free(
-    zones: tuple[CommunityZone, ...], taken: Mapping[str, Mapping[str, int]]
+    zones: tuple[CommunityZone, ...],
+    taken: Mapping[str, Mapping[str, int]],
+    used: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, dict[str, int]]:
+    """Per zone, what is free: ``available`` minus ``taken`` (assumed) minus ``used`` (this pod)."""
     out = {}
     for z in zones:
-        minus = taken.get(z.name, {})
-        out[z.name] = {r: v - minus.get(r, 0) for r, v in z.available.items()}
+        minus, mine = taken.get(z.name, {}), (used or {}).get(z.name, {})
+        out[z.name] = {r: v - minus.get(r, 0) - mine.get(r, 0) for r, v in z.available.items()}
     return out
 
 
@@ -345,64 +365,89 @@ def _listing(free: Mapping[str, Mapping[str, int]], resources: Iterable[str]) ->
     return "; ".join(parts)
 
 
-def _first_fit(
-    zones: tuple[CommunityZone, ...], free: Mapping[str, Mapping[str, int]], wanted: Mapping[str, int]
+def _lowest_with_room(
+    topo: CommunityTopology,
+    wanted: Mapping[str, int],
+    taken: Mapping[str, Mapping[str, int]],
+    used: Mapping[str, Mapping[str, int]],
 ) -> str | None:
-    """The lowest NUMA zone with room for every resource some zone reports (the kubelet's choice)."""
-    for z in zones:
-        have = free[z.name]
-        if all(have.get(r, 0) >= v for r, v in wanted.items()):
+    """The lowest NUMA zone with room for ``wanted`` (the kubelet's choice), without copying any zone."""
+    for z in topo.zones:
+        minus, mine = taken.get(z.name), used.get(z.name)
+        have = z.available
+        for r, v in wanted.items():
+            left = have.get(r, 0)
+            if minus:
+                left -= minus.get(r, 0)
+            if mine:
+                left -= mine.get(r, 0)
+            if left < v:
+                break
+        else:
             return z.name
     return None
 
 
 def community_fit(
-    topo: CommunityTopology, demand: Demand, taken: Mapping[str, Mapping[str, int]] | None = None
+    topo: CommunityTopology,
+    demand: Demand,
+    taken: Mapping[str, Mapping[str, int]] | None = None,
+    *,
+    score: bool = True,
 ) -> CommunityFit:
     """Whether the kubelet of ``topo``'s node would admit a pod with ``demand`` under single-numa-node,
     with ``taken`` (assumed at bind, per zone) subtracted from the published ``available``. A policy
-    other than single-numa-node always fits (the kubelet admits the pod whatever the zones hold)."""
+    other than single-numa-node always fits (the kubelet admits the pod whatever the zones hold).
+
+    Runs once per node per request, so it copies no zone while the pod fits; the reason of a misfit is
+    written only then. ``score=False`` (filter) skips what only the score and bind need: a fit comes
+    back without its placements."""
     if not topo.filters:
-        return CommunityFit(True)
-    reported = topo.reported()
-    free = _free(topo.zones, taken or {})
-    placements: list[tuple[str, dict[str, int]]] = []
-    if topo.scope == "pod":
-        steps = [("pod", "app", {r: v for r, v in demand.pod.items() if r in reported})]
-    else:
-        steps = [(n, k, {r: v for r, v in w.items() if r in reported}) for n, k, w in demand.containers]
+        return _PASS
+    steps = demand.steps(topo.scope, topo.reported)
+    if not steps:
+        return _PASS
+    taken = taken or {}
+    used: dict[str, dict[str, int]] = {}
+    """What this pod's earlier containers took, per zone (container scope)."""
+    placements: list[tuple[str, Mapping[str, int]]] = []
     for name, kind, wanted in steps:
-        if not wanted:
-            continue
-        zone = _first_fit(topo.zones, free, wanted)
+        zone = _lowest_with_room(topo, wanted, taken, used)
         if zone is None:
             what = ", ".join(_show(r, v) for r, v in sorted(wanted.items()))
             subject = "the pod" if topo.scope == "pod" else f"{kind} container {name}"
-            return CommunityFit(
-                False, f"no single NUMA zone fits {subject} ({what}): {_listing(free, wanted)}"
-            )
+            listing = _listing(_free(topo.zones, taken, used), wanted)
+            return CommunityFit(False, f"no single NUMA zone fits {subject} ({what}): {listing}")
         if kind == ContainerKind.INIT:
             continue  # runs before the app containers, which reuse what it held
         placements.append((zone, wanted))
+        into = used.setdefault(zone, {})
         for r, v in wanted.items():
-            free[zone][r] -= v
-    return CommunityFit(True, None, tuple(placements), _free_after(topo, free, placements))
+            into[r] = into.get(r, 0) + v
+    if not score:
+        return _PASS  # filter reads only ``ok``: no placements, no new object per node
+    return CommunityFit(True, None, tuple(placements), _free_after(topo, taken, used))
 
 
 def _free_after(
-    topo: CommunityTopology,
-    free: Mapping[str, Mapping[str, int]],
-    placements: list[tuple[str, dict[str, int]]],
+    topo: CommunityTopology, taken: Mapping[str, Mapping[str, int]], used: Mapping[str, Mapping[str, int]]
 ) -> float:
+    """The mean share of allocatable left free in the zones the pod uses, over the resources it takes."""
     shares = []
-    by_name = {z.name: z for z in topo.zones}
-    for zone in {z for z, _ in placements}:
-        resources = {r for z, w in placements if z == zone for r in w}
-        for r in resources:
-            alloc = by_name[zone].allocatable.get(r, 0)
+    for z in topo.zones:
+        mine = used.get(z.name)
+        if not mine:
+            continue
+        minus = taken.get(z.name, {})
+        for r, v in mine.items():
+            alloc = z.allocatable.get(r, 0)
             if alloc > 0:
-                shares.append(max(0, free[zone][r]) / alloc)
+                shares.append(max(0, z.available.get(r, 0) - minus.get(r, 0) - v) / alloc)
     return sum(shares) / len(shares) if shares else 0.0
+
+
+_PASS = CommunityFit(True)
+"""The fit on a node that does not filter, or of a pod asking nothing its zones report."""
 
 
 def community_score(f: CommunityFit) -> int:

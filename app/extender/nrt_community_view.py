@@ -115,6 +115,9 @@ class CommunityView:
         return bool(self.filtering)
 
     def taken(self, node: str) -> dict[str, dict[str, int]]:
+        """Per zone, what bind assumed on the node; most nodes have nothing, read without the lock."""
+        if not self.record.any_on(node):
+            return {}
         with self.lock:
             return self.record.taken(node)
 

@@ -31,10 +31,20 @@ def node(name: str) -> dict[str, Any]:
     }
 
 
-def bound(name: str, node_name: str, cpus: int = 1, namespace: str = "shop") -> dict[str, Any]:
+LONG_AGO = "2020-01-01T00:00:00Z"
+
+
+def bound(
+    name: str, node_name: str, cpus: int = 1, namespace: str = "shop", scheduled: str | None = None
+) -> dict[str, Any]:
+    """A pod already bound to ``node_name`` (``scheduled``: when, for a pod the exporter has long counted)."""
     p = guaranteed(name, cpus, namespace=namespace)
     p["spec"]["nodeName"] = node_name
     p["status"] = {"phase": "Running"}
+    if scheduled is not None:
+        p["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}
+        ]
     return p
 
 
@@ -128,7 +138,7 @@ def test_assumed_pods_are_dropped_when_the_fingerprint_shows_them_counted(commun
     client, app = community
     cache = app.state.services.cache
     view = cache.community
-    fake_kube.add(bound("old", ROOMY))
+    fake_kube.add(bound("old", ROOMY, scheduled=LONG_AGO))  # counted by the exporter long ago
     wait_for(lambda: len(cache.pods_on(ROOMY)) == 1)
     view.assume(Assumed("u-new", "shop", "new", ROOMY, (("node-0", {"cpu": 4000}),), view.clock()))
     # an update whose fingerprint does not include the new pod keeps the assumption
@@ -208,3 +218,25 @@ def test_explain_shows_the_fit_and_the_choice(community) -> None:
     assert "best-effort" in by[LOOSE]["numaCommunity"]["note"]
     ex = client.post("/explain", json={"Pod": guaranteed("g6", 6), "NodeNames": [FULL]}).json()
     assert ex["nodes"][0]["filter"]["passes"] is False and ex["favoured"] is None
+
+
+def test_pods_bound_by_another_binder_are_recorded_from_the_pod_watch(community, fake_kube) -> None:
+    client, app = community
+    view = app.state.services.cache.community
+    for i in range(2):
+        p = guaranteed(f"elsewhere-{i}", 6, namespace="shop")
+        p["spec"]["nodeName"] = ROOMY  # bound without Ballast's bind
+        p["status"] = {"phase": "Pending"}
+        fake_kube.add(p)
+    wait_for(lambda: len(view.assumed_on(ROOMY)) == 2)
+    assert view.taken(ROOMY) == {
+        "node-0": {"cpu": 6000, "memory": 1024**3},
+        "node-1": {"cpu": 6000, "memory": 1024**3},
+    }
+    out = client.post("/filter", json={"Pod": guaranteed("next", 3), "NodeNames": [ROOMY]}).json()
+    assert ROOMY in out["FailedNodes"]
+    # a BestEffort pod bound there takes nothing; nor does one on a node whose object does not filter
+    fake_kube.add(bound("be-pod", ROOMY, 1) | {"spec": {"nodeName": ROOMY, "containers": [{"name": "c"}]}})
+    fake_kube.add(bound("loose-pod", LOOSE, 6))
+    wait_for(lambda: len(app.state.services.cache.pods_on(LOOSE)) == 1)
+    assert len(view.assumed_on(ROOMY)) == 2 and view.assumed_on(LOOSE) == []

@@ -234,6 +234,7 @@ class _Pods:
             if TOPOLOGY_RESULT_ANNOTATION in record.annotations:
                 self.cache.assumed.pop(record.uid, None)  # the real annotation replaces the assumption
             if old is None or old.node != record.node:
+                self.cache.community.pod_appeared(obj, record)
                 self.cache.pod_bound(record)
 
 

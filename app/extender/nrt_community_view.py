@@ -16,7 +16,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from app.extender.nrt_assumed import Assumed, AssumedRecord
-from app.extender.nrt_community import CommunityTopology, Malformed, parse_community
+from app.extender.nrt_community import (
+    CommunityTopology,
+    Malformed,
+    community_demand,
+    community_fit,
+    parse_community,
+)
 from common.podfingerprint import fingerprint
 
 log = logging.getLogger("ballast.nrt_community")
@@ -134,6 +140,27 @@ class CommunityView:
     def forget(self, uid: str) -> None:
         with self.lock:
             self.record.forget(uid)
+
+    def pod_appeared(self, pod: Mapping[str, Any], record: Any) -> None:
+        """A pod newly bound in the pod watch (``record``: the cache's ``PodRecord``). One that bind did not
+        record (another binder placed it, or a scheduler without Ballast as binder) is recorded here in the
+        zones the kubelet will pick, so the pods that follow see them taken before the exporter does; a pod
+        bound longer ago than the record's time-to-live, or that fits no zone (the kubelet will refuse it),
+        is not."""
+        node = record.node
+        topo = self.topologies.get(node)
+        if topo is None or not topo.filters or self.record.has(record.uid):
+            return
+        if record.scheduled_at is not None and record.scheduled_at < self.clock() - self.record.ttl:
+            return
+        demand = community_demand(pod)
+        if demand is None:
+            return
+        with self.lock:
+            f = community_fit(topo, demand, self.record.taken(node))
+            if f.ok and f.placements:
+                entry = Assumed(record.uid, record.namespace, record.name, node, f.placements, self.clock())
+                self.record.assume(entry)
 
     def pod_bound(self, node: str) -> None:
         """A pod appeared on ``node`` in the pod watch: the published fingerprint may match now."""

@@ -102,7 +102,8 @@ class NumaCheck:
             if out:
                 self._rejected(len(out))
         if self.community is not None:
-            out |= self.community.filter(pod_obj, pod, [n for n in passing if n not in out], failed)
+            rest = [n for n in passing if n not in out] if out else passing
+            out |= self.community.filter(pod_obj, pod, rest, failed)
         return out
 
     def scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> bool:

@@ -351,3 +351,60 @@ def test_the_api_coordinates_match_the_shipped_crd() -> None:
     assert f"/apis/{COMMUNITY_GROUP}/{COMMUNITY_VERSION}/{PLURAL}" == COMMUNITY_NRT_PATH
     resource = version["schema"]["openAPIV3Schema"]["properties"]["zones"]["items"]["properties"]["resources"]
     assert resource["items"]["required"] == ["name", "capacity", "allocatable", "available"]
+
+
+# -- the assumed record and how a fingerprint settles it -----------------------------------------------
+
+
+def test_assumed_record_expires_forgets_and_settles() -> None:
+    from app.extender.nrt_assumed import Assumed, AssumedRecord
+
+    now = [100.0]
+    rec = AssumedRecord(60, lambda: now[0])
+    rec.assume(Assumed("a", "ns", "a", "n1", (("node-0", {"cpu": 2000}),), 100.0))
+    rec.assume(Assumed("b", "ns", "b", "n1", (("node-0", {"cpu": 1000}), ("node-1", {"cpu": 3000})), 130.0))
+    rec.assume(Assumed("c", "ns", "c", "n2", (("node-1", {"cpu": 4000}),), 100.0))
+    assert rec.taken("n1") == {"node-0": {"cpu": 3000}, "node-1": {"cpu": 3000}}
+    rec.assume(Assumed("a", "ns", "a", "n2", (("node-0", {"cpu": 2000}),), 100.0))  # moved: counted once
+    assert rec.taken("n1") == {"node-0": {"cpu": 1000}, "node-1": {"cpu": 3000}} and len(rec) == 3
+    now[0] = 161.0  # a and c are older than 60 s, b is not
+    assert rec.taken("n2") == {} and rec.taken("n1") == {"node-0": {"cpu": 1000}, "node-1": {"cpu": 3000}}
+    assert rec.settle("n1", ["b", "zzz"]) == 1 and not rec.any_on("n1") and len(rec) == 0
+
+
+class _Record:
+    def __init__(self, ns: str, name: str, cpu: int, limit: int, mem: int, mem_limit: int) -> None:
+        from app.model.podinfo import PodInfo
+
+        self.namespace, self.name = ns, name
+        self.info = PodInfo(ns, name, name, False, cpu, limit, mem, mem_limit)
+
+
+@pytest.mark.parametrize("method", ["all", "with-exclusive-resources"])
+def test_the_fingerprint_settles_a_node_only_when_it_signs_the_known_and_assumed_pods(method: str) -> None:
+    from app.extender.nrt_assumed import Assumed
+    from app.extender.nrt_community_view import CommunityView
+
+    known = [
+        _Record("shop", "db", 4000, 4000, GI, GI),  # exclusive CPUs
+        _Record("shop", "web", 500, 1000, GI, 2 * GI),  # Burstable: not signed by with-exclusive-resources
+    ]
+    view = CommunityView(lambda node: known if node == "w1" else [])
+    obj = two_zones("w1")
+    obj["attributes"].append({"name": "nodeTopologyPodsFingerprintMethod", "value": method})
+    view.apply("ADDED", obj)
+    view.assume(Assumed("u", "shop", "new", "w1", (("node-1", {"cpu": 2000}),), view.clock()))
+    signed = [("shop", "db"), ("shop", "new")] + ([("shop", "web")] if method == "all" else [])
+
+    def publish(pods: list[tuple[str, str]]) -> None:
+        o = two_zones("w1")
+        o["attributes"] += [
+            {"name": "nodeTopologyPodsFingerprint", "value": fingerprint(pods)},
+            {"name": "nodeTopologyPodsFingerprintMethod", "value": method},
+        ]
+        view.apply("MODIFIED", o)
+
+    publish(signed[:1])  # the exporter has not seen the new pod yet
+    assert view.taken("w1") == {"node-1": {"cpu": 2000}}
+    publish(signed)
+    assert view.taken("w1") == {} and view.settled == 1

@@ -83,6 +83,9 @@ class CommunityTopology:
     """The resources some zone reports (the others are not NUMA-aligned on this node)."""
     filters: bool = False
     """Policy single-numa-node with zones: the only objects a pod can fail on."""
+    shape: tuple[Any, ...] = ()
+    """Everything a fit and its score depend on (scope, each zone's amounts), hashable: nodes with the
+    same shape get the same answer, so a request computes it once per shape (idle nodes share one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +220,13 @@ def parse_community(obj: Mapping[str, Any]) -> CommunityTopology | Malformed:
         resource_version=rv if isinstance(rv, str) else None,
         reported=frozenset(r for z in zones for r in z.available),
         filters=policy == SINGLE_NUMA_NODE,
+        shape=(
+            scope,
+            tuple(
+                (z.name, tuple(sorted(z.available.items())), tuple(sorted(z.allocatable.items())))
+                for z in zones
+            ),
+        ),
     )
 
 

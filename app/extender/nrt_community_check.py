@@ -83,11 +83,17 @@ class CommunityCheck:
             return set()
         out = set()
         topologies, crane, view = self.view.topologies, self.crane, self.view
+        by_shape: dict[tuple[Any, ...], CommunityFit] = {}
         for name in passing:  # ``fit`` inlined: this loop runs once per node of every request
             topo = topologies.get(name)
             if topo is None or not topo.filters or crane(name) is not None:
                 continue
-            f = community_fit(topo, demand, view.taken(name), score=False)
+            if view.record.any_on(name):
+                f = community_fit(topo, demand, view.taken(name), score=False)
+            else:  # nothing assumed: the answer depends on the shape alone
+                f = by_shape.get(topo.shape)  # type: ignore[assignment]
+                if f is None:
+                    f = by_shape[topo.shape] = community_fit(topo, demand, score=False)
             if not f.ok:
                 failed[name] = f.reason
                 out.add(name)
@@ -101,11 +107,20 @@ class CommunityCheck:
             return False
         weight = self.store.current.topology.score_weight
         changed = False
+        by_shape: dict[tuple[Any, ...], int] = {}
         for entry in out:
-            f = self.fit(demand, entry["Host"])
-            if f is not None:
-                entry["Score"] = combine(entry["Score"], community_score(f), weight)
-                changed = True
+            node = entry["Host"]
+            topo = self.fit_target(node)
+            if topo is None:
+                continue
+            if self.view.record.any_on(node):
+                score = community_score(community_fit(topo, demand, self.view.taken(node)))
+            else:  # nothing assumed: the score depends on the shape alone
+                score = by_shape.get(topo.shape, -1)
+                if score < 0:
+                    score = by_shape[topo.shape] = community_score(community_fit(topo, demand))
+            entry["Score"] = combine(entry["Score"], score, weight)
+            changed = True
         return changed
 
     def explain(self, node: str, demand: Demand | None = None) -> dict[str, Any] | None:

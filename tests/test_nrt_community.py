@@ -408,3 +408,26 @@ def test_the_fingerprint_settles_a_node_only_when_it_signs_the_known_and_assumed
     assert view.taken("w1") == {"node-1": {"cpu": 2000}}
     publish(signed)
     assert view.taken("w1") == {} and view.settled == 1
+
+
+def test_nodes_alike_share_an_answer_but_not_what_is_assumed_on_one_of_them() -> None:
+    from app.extender.nrt_assumed import Assumed
+    from app.extender.nrt_community_check import CommunityCheck
+    from app.extender.nrt_community_view import CommunityView
+    from app.model.podinfo import pod_info
+    from app.model.policy import load_policy
+    from app.model.policy_store import PolicyStore
+    from tests.conftest import POLICY_FILE
+
+    view = CommunityView(lambda _n: ())
+    view.replace([two_zones(n, 2, 4) for n in ("a", "b", "c")] + [two_zones("d", 2, 8)], "1")
+    view.assume(Assumed("u", "ns", "p", "b", (("node-1", {"cpu": 1000}),), view.clock()))
+    check = CommunityCheck(PolicyStore(load_policy(POLICY_FILE)), view, lambda _n: None, lambda _c: None)
+    p = guaranteed("g", 4)
+    failed: dict[str, str] = {}
+    assert check.filter(p, pod_info(p), ["a", "b", "c", "d"], failed) == {"b"}
+    assert "node-1 free cpu 3" in failed["b"]
+    scores = [{"Host": n, "Score": 0} for n in ("a", "b", "c", "d")]
+    assert check.scores(p, pod_info(p), scores)
+    by = {e["Host"]: e["Score"] for e in scores}
+    assert by["a"] == by["c"] and by["b"] == 0 and by["d"] > by["a"]

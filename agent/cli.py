@@ -73,6 +73,15 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "differs (Node label changes re-publish at once)",
     )
     agent.add_argument(
+        "--publish",
+        type=_publish_list,
+        default="crane",
+        metavar="LIST",
+        help="which NodeResourceTopology objects to publish, comma-separated: crane "
+        "(topology.crane.io/v1alpha1, what the Ballast extender and crane-scheduler read) and/or community "
+        "(topology.node.k8s.io/v1alpha2, what scheduler-plugins' NodeResourceTopologyMatch reads)",
+    )
+    agent.add_argument(
         "--metrics-port",
         type=port,
         default=8091,
@@ -155,6 +164,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     topology.add_argument("--json", action="store_true", help="print JSON instead of a table")
     topology.set_defaults(func=show_topology)
     return agent
+
+
+def _publish_list(text: str) -> frozenset[str]:
+    names = {p.strip() for p in text.split(",") if p.strip()}
+    unknown = names - {"crane", "community"}
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected crane, community or crane,community; got {text!r}")
+    return frozenset(names)
 
 
 def run_agent(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,8 @@ class CPUManager:
             except StateWriteError as e:
                 self._write_failed(e)
 
+        self.on_assignments: Callable[[], None] | None = None
+        """Called after a pass that assigned or released CPUs (the community NRT is republished)."""
         self._lock = threading.Lock()  # pods, decisions, synced: written by watch threads
         self._reconcile_lock = threading.Lock()
         self._wake = threading.Event()
@@ -423,7 +425,9 @@ class CPUManager:
         while not stop.is_set():
             self._wake.clear()
             try:
-                self.reconcile_once()
+                done = self.reconcile_once()
+                if (done.allocated or done.released) and self.on_assignments is not None:
+                    self.on_assignments()
             except Exception:
                 log.exception("reconcile pass failed; retrying on the next one")
             deadline = time.monotonic() + self.reconcile_period
@@ -459,6 +463,19 @@ class CPUManager:
     def applied(self) -> dict[str, CPUSet]:
         """Container id -> cpuset last applied successfully."""
         return dict(self._applied)
+
+    def held(self) -> dict[str, tuple[str, str, CPUSet]]:
+        """Pod uid -> (namespace, name, the CPUs assigned to it exclusively): what the community NRT's
+        ``available`` subtracts (``agent.nrt_community``)."""
+        with self._lock:
+            pods = dict(self._pods)
+        out = {}
+        for uid in self._state.get_assignments():
+            cpus = self._state.pod_cpus(uid)
+            info = pods.get(uid)
+            if cpus and info is not None:
+                out[uid] = (info.namespace, info.name, cpus)
+        return out
 
     def decision(self, pod_uid: str) -> ExclusiveDecision | None:
         with self._lock:

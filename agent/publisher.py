@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -36,10 +36,11 @@ from agent.cpu_assignment import NotEnoughCPUsError
 from agent.cpuset import CPUSet
 from agent.kubelet_config import KubeletConfigError, KubeletSettings, load_kubelet_config, parse_configz
 from agent.nrt import CPU_MANAGER_DISABLED_ATTRIBUTE, build_nrt, nrt_merge_patch
+from agent.nrt_community import Held, build_community_nrt, community_merge_patch
 from agent.reserved import reserved_cpus
 from agent.topology import CPUTopology
 from common.kube import ApiError, Kube, path_for
-from common.nrt_api import API_VERSION, GROUP, PLURAL
+from common.nrt_api import API_VERSION, COMMUNITY_API_VERSION, COMMUNITY_GROUP, GROUP, PLURAL
 
 __all__ = [
     "CONFIGZ_REFRESH_SECONDS",
@@ -61,6 +62,9 @@ CONFIGZ_REFRESH_SECONDS = 600.0
 CONFIGZ_RETRY_SECONDS = 60.0
 """After a failed configz refresh, the last good settings are kept and the fetch is retried this late."""
 CRD_MANIFEST = "scheduler_config/crd-noderesourcetopology.yaml"
+COMMUNITY_CRD_MANIFEST = "scheduler_config/crd-noderesourcetopology-v1alpha2.yaml"
+PUBLISHABLE = ("crane", "community")
+"""What ``--publish`` may name: crane's ``topology.crane.io/v1alpha1``, the community v1alpha2."""
 CPU_MANAGER_OFF_REASON = "the Ballast agent runs with --cpu-manager=off: cpusets are not managed on this node"
 
 
@@ -91,6 +95,14 @@ class PublisherMetrics:
             "Unix time of the last publish that left the NodeResourceTopology up to date.",
             registry=self.registry,
         )
+        self.community_publishes = Counter(
+            "ballast_agent_community_nrt_publishes",
+            "Community NodeResourceTopology (v1alpha2, --publish community) publish attempts by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        for result in Result:
+            self.community_publishes.labels(result.value)
         self.kubelet_config_reads = Counter(
             "ballast_agent_kubelet_config_reads",
             "Reads of the kubelet configuration by source (file, configz) and result (ok, error).",
@@ -229,7 +241,11 @@ class Publisher:
         metrics: PublisherMetrics | None = None,
         cpu_manager_enabled: bool = True,
         wall_clock: Callable[[], float] = time.time,
+        publish: Collection[str] = ("crane",),
+        held: Callable[[], Held] | None = None,
     ) -> None:
+        """``publish``: which objects to write (``PUBLISHABLE``); ``held``: the CPUs the CPU manager has
+        handed out, per pod (``CPUManager.held``), which the community object's ``available`` subtracts."""
         self.kube = kube
         self.node_name = node_name
         self.topology = topology
@@ -237,7 +253,12 @@ class Publisher:
         self.metrics = metrics or PublisherMetrics()
         self.cpu_manager_enabled = cpu_manager_enabled
         self._wall_clock = wall_clock
+        self.publish = frozenset(publish)
+        self.held = held
         self.collection = path_for(API_VERSION, PLURAL)
+        self.community_collection = path_for(COMMUNITY_API_VERSION, PLURAL)
+        self.community_path = path_for(COMMUNITY_API_VERSION, PLURAL, name=node_name)
+        self._community_error: str | None = None
         self.path = path_for(API_VERSION, PLURAL, name=node_name)
         self.node_path = path_for("v1", "nodes", name=node_name)
         self.ready = threading.Event()
@@ -312,7 +333,9 @@ class Publisher:
         with self._publish_lock:
             try:
                 desired, reserved = self.desired()
-                result = self._sync(desired)
+                result = self._sync(desired) if "crane" in self.publish else Result.UNCHANGED
+                if "community" in self.publish:
+                    self._publish_community(desired)
             except _Failed as e:
                 self._fail(e.message)
                 return Result.ERROR
@@ -381,6 +404,54 @@ class Publisher:
             ", ".join(sorted(patch)),
             _summary(desired),
         )
+        return Result.PATCHED
+
+    # --- the community object -----------------------------------------------------------------------
+
+    def _publish_community(self, crane: Mapping[str, Any]) -> None:
+        """Bring ``topology.node.k8s.io/v1alpha2`` up to date; its failures are its own (counted, logged
+        once per message) and never stop the crane object or the CPU manager."""
+        try:
+            desired = build_community_nrt(crane, self.topology, self.held() if self.held else {})
+            result = self._sync_community(desired)
+        except _Failed as e:
+            self.metrics.community_publishes.labels(Result.ERROR.value).inc()
+            if e.message != self._community_error:
+                log.error("%s", e.message)
+                self._community_error = e.message
+            return
+        self.metrics.community_publishes.labels(result.value).inc()
+        self._community_error = None
+
+    def _sync_community(self, desired: dict[str, Any]) -> Result:
+        what = f"NodeResourceTopology {COMMUNITY_API_VERSION} {self.node_name}"
+        try:
+            existing = self.kube.get(self.community_path)
+        except ApiError as e:
+            if e.code != 404:
+                raise _Failed(f"reading {what}: {e}") from None
+            existing = None
+        if existing is None:
+            try:
+                self.kube.create(self.community_collection, desired)
+            except ApiError as e:
+                if e.code == 404:
+                    raise _Failed(
+                        f"the community NodeResourceTopology CRD (noderesourcetopologies."
+                        f"{COMMUNITY_GROUP}) is not installed: apply {COMMUNITY_CRD_MANIFEST} or NFD's; "
+                        f"the agent keeps retrying (server said: {e.message})"
+                    ) from None
+                raise _Failed(f"creating {what}: {e}") from None
+            log.info("created %s", what)
+            return Result.CREATED
+        patch = community_merge_patch(existing, desired)
+        if not patch:
+            return Result.UNCHANGED
+        try:
+            self.kube.merge_patch(self.community_path, patch)
+        except ApiError as e:
+            raise _Failed(f"patching {what}: {e}") from None
+        log.info("patched %s: %s changed", what, ", ".join(sorted(patch)))
         return Result.PATCHED
 
     # --- logging ------------------------------------------------------------------------------------

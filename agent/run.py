@@ -146,6 +146,11 @@ class CPUManagerSupervisor:
     def close(self) -> None:
         self._stop()
 
+    def held(self) -> dict[str, tuple[str, str, CPUSet]]:
+        """The running manager's exclusive assignments per pod (none while it is stopped)."""
+        running = self.running
+        return running.manager.held() if running is not None else {}
+
 
 def cpu_manager_factory(
     args: argparse.Namespace,
@@ -187,6 +192,18 @@ def cpu_manager_factory(
         return RunningManager(
             manager, manager.pod_reflector(kube, resync_seconds=POD_RELIST_SECONDS), reserved
         )
+
+    return start
+
+
+def _republishing(factory: ManagerFactory, wake: threading.Event) -> ManagerFactory:
+    """Managers that wake the publish loop when they assign or release CPUs, so the community NRT's
+    ``available`` follows assignments at once rather than at the next resync."""
+
+    def start(reserved: CPUSet) -> RunningManager:
+        running = factory(reserved)
+        running.manager.on_assignments = wake.set
+        return running
 
     return start
 
@@ -284,10 +301,25 @@ def run(
         source = KubeletConfigFile(args.kubelet_config, metrics)
     log.info("kubelet settings from %s", source.description)
     enabled = args.cpu_manager == "on"
-    publisher = Publisher(kube, node_name, topology, source, metrics=metrics, cpu_manager_enabled=enabled)
-
     stop = stop or threading.Event()
     wake = threading.Event()
+    factory = (
+        cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory) if enabled else None
+    )
+    if factory is not None and "community" in args.publish:
+        factory = _republishing(factory, wake)
+    supervisor = CPUManagerSupervisor(factory)
+    publisher = Publisher(
+        kube,
+        node_name,
+        topology,
+        source,
+        metrics=metrics,
+        cpu_manager_enabled=enabled,
+        publish=args.publish,
+        held=supervisor.held,
+    )
+    log.info("publishing NodeResourceTopology: %s", ", ".join(sorted(args.publish)))
     server: HealthServer | None = None
     if args.metrics_port:
         server = HealthServer.serve(
@@ -310,10 +342,6 @@ def run(
         resync_seconds=NODE_RELIST_SECONDS,
     )
     # ---- HOOK: the CPU manager follows the published cpuManagerPolicy (CPUManagerSupervisor) ----
-    factory = (
-        cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory) if enabled else None
-    )
-    supervisor = CPUManagerSupervisor(factory)
     signals = _install_signal_handlers(stop, wake)
     try:
         node_watch.start()

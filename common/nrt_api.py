@@ -13,3 +13,11 @@ KIND = "NodeResourceTopology"
 PLURAL = "noderesourcetopologies"
 NRT_PATH = f"/apis/{API_VERSION}/{PLURAL}"
 """The collection's REST path; ``f"{NRT_PATH}/{node}"`` is one node's object."""
+
+COMMUNITY_GROUP = "topology.node.k8s.io"
+COMMUNITY_VERSION = "v1alpha2"
+COMMUNITY_API_VERSION = f"{COMMUNITY_GROUP}/{COMMUNITY_VERSION}"
+COMMUNITY_NRT_PATH = f"/apis/{COMMUNITY_API_VERSION}/{PLURAL}"
+"""The community NodeResourceTopology (k8stopologyawareschedwg/noderesourcetopology-api), published by
+nfd-topology-updater, the resource-topology-exporter or the agent with ``--publish community``
+(``scheduler_config/crd-noderesourcetopology-v1alpha2.yaml``); same kind and plural as crane's."""

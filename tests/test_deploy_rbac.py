@@ -138,6 +138,9 @@ def test_extender_rbac_is_exactly_what_the_extender_calls(
         for i in range(2)
     ]
     fake_kube.add(make_nrt("n1", zones=zones))
+    fake_kube.register_custom_resource(
+        "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies", "NodeResourceTopology"
+    )
     victim = fake_kube.add(make_pod("batch", namespace="shop", node_name="n2", cpu="1", memory="1Gi"))
     for name in ("web-1", "web-2"):
         fake_kube.add(
@@ -157,7 +160,7 @@ def test_extender_rbac_is_exactly_what_the_extender_calls(
     )
     with TestClient(app) as client:
         assert app.state.services.cache.wait_synced(10)
-        assert fake_kube.wait_for_watches(3)
+        assert fake_kube.wait_for_watches(4)
         pod = fake_kube.get("pods", "web-1", namespace="shop")
         body = {"Pod": pod, "NodeNames": ["n1", "n2"]}
         assert client.post("/filter", json=body).status_code == 200
@@ -460,6 +463,30 @@ def test_agent_configz_mode_needs_exactly_the_optional_grant(
     result = audit(calls, with_configz.grants, {p: "" for g in base for p in g.permissions()})
     assert not result.denied and not result.unused, explain(result)
     assert configz and all(any(p.used_by(c) for c in calls) for g in configz for p in g.permissions())
+
+
+def test_agent_community_publishing_needs_the_optional_grant(
+    fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path, node_name_env: str
+) -> None:
+    fake_kube.register_custom_resource(
+        "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies", "NodeResourceTopology"
+    )
+    fake_kube.add(make_node(NODE))
+    run_agent_until(
+        agent_args(kubeconfig, tmp_path, "--publish", "crane,community", "--cpu-manager", "off"),
+        lambda: fake_kube.get("noderesourcetopologies.topology.node.k8s.io", NODE),
+    )
+    calls = calls_from(fake_kube.requests)
+    account = service_account("DaemonSet", "ballast-agent")
+    base = grants_for(DOCS, *account).grants
+    assert ApiCall("create", "topology.node.k8s.io", "noderesourcetopologies") in audit(calls, base).denied
+    extra = load_documents(OPTIONAL / "agent-community-nrt-rbac.yaml")
+    granted = grants_for([*DOCS, *extra], *account).grants
+    result = audit(calls, granted, {p: "" for g in base for p in g.permissions()})
+    assert not result.denied, explain(result)
+    ours = [g for g in granted if g.role_name == "ballast-agent-community-nrt"]
+    used = {p.verb for g in ours for p in g.permissions() if any(p.used_by(c) for c in calls)}
+    assert used >= {"get", "create"}  # patch follows once the object exists and differs
 
 
 def test_every_rbac_object_belongs_to_a_component() -> None:

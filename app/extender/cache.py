@@ -18,6 +18,8 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from app.extender.nrt_community import Malformed
+from app.extender.nrt_community_view import CommunityView
 from app.extender.numa import (
     NodeTopology,
     ZoneUsage,
@@ -31,7 +33,7 @@ from app.model.podinfo import PodInfo, pod_info
 from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.kube import Kube, Reflector
-from common.nrt_api import NRT_PATH
+from common.nrt_api import COMMUNITY_NRT_PATH, NRT_PATH
 from common.podspec import PodInfo as AgentPod
 from common.podspec import parse_pod
 from common.seal import SEAL_ANNOTATION, verify
@@ -232,6 +234,7 @@ class _Pods:
             if TOPOLOGY_RESULT_ANNOTATION in record.annotations:
                 self.cache.assumed.pop(record.uid, None)  # the real annotation replaces the assumption
             if old is None or old.node != record.node:
+                self.cache.community.pod_appeared(obj, record)
                 self.cache.pod_bound(record)
 
 
@@ -285,6 +288,8 @@ class ClusterCache:
         on_bad: Callable[[NodeLoad], None] | None = None,
         allowed_schedulers: Iterable[str] = DEFAULT_SCHEDULERS,
         result_key: bytes | None = None,
+        community_assume_ttl: float = 120.0,
+        on_malformed_nrt: Callable[[Malformed], None] | None = None,
     ) -> None:
         self.result_key = result_key
         """With a key, only topology results whose seal verifies count against zones, as on the agent."""
@@ -311,6 +316,10 @@ class ClusterCache:
         )
         """Results written at bind, counted until the pod's annotation arrives through the watch."""
         self.node_listeners: list[Callable[[str, dict], None]] = []
+        self.community = CommunityView(
+            self.pods_on, assume_ttl=community_assume_ttl, clock=clock, on_malformed=on_malformed_nrt
+        )
+        """The community NRT objects (``topology.node.k8s.io/v1alpha2``) and what bind assumed on them."""
         self.reflectors = [
             Reflector(kube, "/api/v1/nodes", _Nodes(self), name="nodes", resync_seconds=resync_seconds),
             Reflector(
@@ -326,6 +335,14 @@ class ClusterCache:
                 NRT_PATH,
                 _Topologies(self),
                 name="noderesourcetopologies",
+                resync_seconds=resync_seconds,
+                optional=True,
+            ),
+            Reflector(
+                kube,
+                COMMUNITY_NRT_PATH,
+                self.community,
+                name="noderesourcetopologies.v1alpha2",
                 resync_seconds=resync_seconds,
                 optional=True,
             ),
@@ -420,6 +437,7 @@ class ClusterCache:
     # -- estimation feed -------------------------------------------------------------------------
 
     def pod_bound(self, record: PodRecord) -> None:
+        self.community.pod_bound(record.node)
         if self.ledger is None or record.info is None or record.info.daemonset:
             return
         at = record.scheduled_at if record.scheduled_at is not None else self.clock()
@@ -427,6 +445,7 @@ class ClusterCache:
 
     def pod_gone(self, uid: str) -> None:
         self.assumed.pop(uid, None)
+        self.community.forget(uid)
         if self.ledger is not None:
             self.ledger.forget(uid)
 

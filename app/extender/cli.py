@@ -57,6 +57,15 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "healthy",
     )
     p.add_argument(
+        "--nrt-assume-ttl",
+        type=positive_seconds,
+        default="2m",
+        metavar="DURATION",
+        help="how long a pod bound to a node with a community NodeResourceTopology (v1alpha2) counts "
+        "against its zone when the object publishes no pods fingerprint that shows it counted; longer "
+        "than the exporter's update interval (nfd-topology-updater: 60s)",
+    )
+    p.add_argument(
         "--api-timeout",
         type=positive_seconds,
         default="4s",
@@ -134,6 +143,7 @@ def run_extender(args: argparse.Namespace) -> int:
         policy_poll_seconds=args.policy_poll,
         kube=kube,
         resync_seconds=args.resync,
+        nrt_assume_ttl=args.nrt_assume_ttl,
         scheduler_names=args.scheduler_names or DEFAULT_SCHEDULERS,
         result_key=result_key,
         access_log=not args.quiet_access,

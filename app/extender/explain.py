@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.extender.extender import Extender
+from app.extender.nrt_community import community_demand
 from app.extender.numa import NumaRequest, combine, numa_request, numa_score
 from app.model.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
 from app.model.load import check_node, projected_load, relative_scores, score_node
@@ -94,7 +95,14 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
             ),
         },
         "numa": numa_view(ext, load.name),
-    }
+    } | _community(ext, load.name, None)
+
+
+def _community(ext: Extender, node: str, demand: Any) -> dict[str, Any]:
+    """The node's community NRT view, under ``numaCommunity``, when it has a v1alpha2 object."""
+    check = ext.numa.community
+    view = check.explain(node, demand) if check is not None else None
+    return {} if view is None else {"numaCommunity": view}
 
 
 def rank_views(views: list[dict[str, Any]], policy: Policy) -> None:
@@ -181,6 +189,11 @@ def explain(
     policy = ext.store.current
     pod = pod_info(pod_obj) if pod_obj is not None else PLAIN_POD
     req = numa_request(pod_obj) if pod_obj is not None and not pod.daemonset else None
+    demand = (
+        community_demand(pod_obj)
+        if pod_obj is not None and not pod.daemonset and ext.numa.community is not None
+        else None
+    )
     unknown_note = "not in the cache: no information, passes and scores 0"
     if nodes is not None:
         loads: list[tuple[str, NodeLoad | None]] = [
@@ -209,6 +222,16 @@ def explain(
             )
             continue
         view = explain_node(ext, load, pod, now) | {"known": True}
+        if demand is not None:
+            view |= _community(ext, name, demand)
+            pod_community = view.get("numaCommunity", {}).get("pod")
+            if pod_community is not None:
+                if not pod_community["fits"]:
+                    view["filter"] = {"passes": False, "reason": pod_community["reason"]}
+                weight = ext.store.current.topology.score_weight
+                view["score"]["scoreWithNuma"] = combine(
+                    view["score"]["score"], pod_community["numaScore"], weight
+                )
         if req is not None:
             view["numa"] = numa_view(ext, name, req)
             pod_numa = view["numa"].get("pod") if view["numa"] else None

@@ -346,7 +346,7 @@ class Extender:
         lacking = None in entries
         values = [None if e is None else e[0] for e in entries] if lacking else list(map(_score_of, entries))
         exact = self._scored_exactly(pod, names, entries if lacking else ())
-        numa_pod = self.numa.request(pod_obj, pod) is not None
+        numa_pod = self.numa.wants(pod_obj, pod)
         if encoded and not numa_pod and len(exact) <= _FEW_EXACT:
             # The common case: every score is the board's standing one, already encoded per node, but for
             # a few nodes scored exactly: the node holding this pod's own estimate (kube-scheduler asks
@@ -403,7 +403,7 @@ class Extender:
             for i in _positions(names, name):
                 loads[i] = value
         scores = relative_scores(loads)
-        numa_pod = self.numa.request(pod_obj, pod) is not None
+        numa_pod = self.numa.wants(pod_obj, pod)
         if not numa_pod:
             self._hold_best(pod, names, scores, now)
         if encoded and not numa_pod:

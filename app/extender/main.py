@@ -29,6 +29,7 @@ from app.extender.cache import ClusterCache
 from app.extender.extender import Extender
 from app.extender.load_bind import LoadPreBind
 from app.extender.metrics import ExtenderMetrics
+from app.extender.nrt_community_check import CommunityCheck, CommunityPreBind
 from app.extender.numa_bind import NumaPreBind
 from app.model.ledger import Ledger
 from app.model.policy import Policy
@@ -124,6 +125,7 @@ def create_app(
     scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
     result_key: bytes | None = None,
     access_log: bool = True,
+    nrt_assume_ttl: float = 120.0,
 ) -> FastAPI:
     """Build the extender app.
 
@@ -147,14 +149,22 @@ def create_app(
             on_bad=metrics.count_bad,
             allowed_schedulers=scheduler_names,
             result_key=result_key,
+            on_malformed_nrt=lambda _bad: metrics.nrt_malformed.inc(),
+            community_assume_ttl=nrt_assume_ttl,
         )
     extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
+    community = None
+    if cache is not None:
+        community = extender.numa.community = CommunityCheck(
+            store, cache.community, cache.topology, lambda count: extender._rejected("numa").inc(count), clock
+        )
     if kube is not None:
         load_check = LoadPreBind(
             kube, ledger, store, cache.node, clock, lambda metric: metrics.binds_refused.labels(metric).inc()
         )
         numa = NumaPreBind(kube, cache, store, extender.numa.seen, result_key)
-        binder = Binder(kube, ledger, clock, pre_bind=[load_check, numa])
+        assert community is not None
+        binder = Binder(kube, ledger, clock, pre_bind=[load_check, numa, CommunityPreBind(kube, community)])
     svc = Services(
         store=store,
         metrics=metrics,

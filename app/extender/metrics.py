@@ -67,6 +67,12 @@ class ExtenderMetrics:
             ["metric"],
             registry=r,
         )
+        self.nrt_malformed = Counter(
+            "ballast_extender_nrt_malformed",
+            "Community NodeResourceTopology (v1alpha2) objects received unusable (no zones, a bad or "
+            "negative quantity, an unknown policy); each is no information for its node, which passes.",
+            registry=r,
+        )
         self.policy_reloads, self.policy_ok = policy_reload_metrics("ballast", r)
         self._request_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from cachetools import TTLCache
 
+from app.extender.nrt_community_check import CommunityCheck
 from app.extender.numa import (
     Fit,
     NodeTopology,
@@ -53,6 +54,14 @@ class NumaCheck:
         self._rejected = rejected
         self._seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
         """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
+        self.community: CommunityCheck | None = None
+        """The same checks on nodes with a community NRT (v1alpha2) and no crane one, when watched."""
+
+    def wants(self, pod_obj: dict[str, Any], pod: PodInfo) -> bool:
+        """Whether any NUMA check applies to the pod (prioritize then takes the per-node path)."""
+        if self.request(pod_obj, pod) is not None:
+            return True
+        return self.community is not None and self.community.demand(pod_obj, pod) is not None
 
     def seen(self, uid: str) -> NumaRequest | object | None:
         """The pod's NumaRequest, None (no NUMA need), or ``MISSING`` when filter did not look at it."""
@@ -82,29 +91,32 @@ class NumaCheck:
     def filter(self, pod_obj: dict[str, Any], pod: PodInfo, passing: list[str], failed: dict) -> set[str]:
         """Reject passing nodes where a pod that needs exclusive CPUs does not fit the NUMA zones; the
         reasons go into ``failed``, the rejected names come back."""
-        req = self.request(pod_obj, pod)
-        if req is None:
-            return set()
         out = set()
-        for name in passing:
-            f = self.fit(req, name)
-            if f is not None and not f.ok:
-                failed[name] = f.reason
-                out.add(name)
-        if out:
-            self._rejected(len(out))
+        req = self.request(pod_obj, pod)
+        if req is not None:
+            for name in passing:
+                f = self.fit(req, name)
+                if f is not None and not f.ok:
+                    failed[name] = f.reason
+                    out.add(name)
+            if out:
+                self._rejected(len(out))
+        if self.community is not None:
+            rest = [n for n in passing if n not in out] if out else passing
+            out |= self.community.filter(pod_obj, pod, rest, failed)
         return out
 
     def scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> bool:
         """Fold the NUMA score into a NUMA pod's scores; True when any score changed."""
-        req = self.request(pod_obj, pod)
-        if req is None:
-            return False
-        weight = self.store.current.topology.score_weight
         changed = False
-        for entry in out:
-            f = self.fit(req, entry["Host"])
-            if f is not None:
-                entry["Score"] = combine(entry["Score"], numa_score(f), weight)
-                changed = True
+        req = self.request(pod_obj, pod)
+        if req is not None:
+            weight = self.store.current.topology.score_weight
+            for entry in out:
+                f = self.fit(req, entry["Host"])
+                if f is not None:
+                    entry["Score"] = combine(entry["Score"], numa_score(f), weight)
+                    changed = True
+        if self.community is not None and self.community.scores(pod_obj, pod, out):
+            changed = True
         return changed

@@ -18,6 +18,7 @@ from app.model.policy import (
     load_policy,
     parse_policy,
 )
+from app.model.pools import POOL_FIELDS
 from tests.conftest import POLICY_FILE
 
 BASE = """
@@ -267,14 +268,20 @@ def test_every_shipped_or_documented_policy_loads(name: str, text: str) -> None:
 
 
 def test_spec_sections_documented_and_parsed_are_the_same() -> None:
-    """Both ways: no section is parsed without a README row, and each row's fields are the parser's."""
-    readme = (REPO / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `spec\.(\w+)(?:\[\])?(?: \{([^}]*)\})?`", readme, flags=re.M))
+    """Both ways: no section is parsed without a row in the README or docs/configuration.md, and the
+    fields of a section's rows (a section may have a row in each) are the parser's."""
+    rows: dict[str, str] = {}
+    for page in (REPO / "README.md", REPO / "docs" / "configuration.md"):
+        for section, fields in re.findall(
+            r"^\| `spec\.(\w+)(?:\[\])?(?: \{([^}]*)\})?`", page.read_text(), flags=re.M
+        ):
+            rows[section] = ", ".join(f for f in (rows.get(section, ""), fields) if f)
     assert set(rows) == SPEC_FIELDS
     allowed = {
         "syncPolicy": SYNC_POLICY_FIELDS,
         "predicate": PREDICATE_FIELDS,
         "priority": PRIORITY_FIELDS,
+        "nodePools": POOL_FIELDS,
         "hotValue": HOT_VALUE_FIELDS,
         "estimation": ESTIMATION_FIELDS,
         "topology": TOPOLOGY_FIELDS,

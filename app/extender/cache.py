@@ -311,6 +311,8 @@ class ClusterCache:
         )
         """Results written at bind, counted until the pod's annotation arrives through the watch."""
         self.node_listeners: list[Callable[[str, dict], None]] = []
+        self.bound_listeners: list[Callable[[str, str], None]] = []
+        """Told ``(uid, node)`` when a pod is first seen bound to a node (shadow mode's agreement)."""
         self.reflectors = [
             Reflector(kube, "/api/v1/nodes", _Nodes(self), name="nodes", resync_seconds=resync_seconds),
             Reflector(
@@ -420,6 +422,8 @@ class ClusterCache:
     # -- estimation feed -------------------------------------------------------------------------
 
     def pod_bound(self, record: PodRecord) -> None:
+        for cb in self.bound_listeners:
+            cb(record.uid, record.node)
         if self.ledger is None or record.info is None or record.info.daemonset:
             return
         at = record.scheduled_at if record.scheduled_at is not None else self.clock()

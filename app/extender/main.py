@@ -149,7 +149,13 @@ def create_app(
     extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
     if kube is not None:
         load_check = LoadPreBind(
-            kube, ledger, store, cache.node, clock, lambda metric: metrics.binds_refused.labels(metric).inc()
+            kube,
+            ledger,
+            store,
+            cache.node,
+            clock,
+            lambda metric: metrics.binds_refused.labels(metric).inc(),
+            lambda metric: metrics.shadow_binds_would_refuse.labels(metric).inc(),
         )
         numa = NumaPreBind(kube, cache, store, extender.numa.seen, result_key)
         binder = Binder(kube, ledger, clock, pre_bind=[load_check, numa])

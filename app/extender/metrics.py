@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from app.extender.shadow import EXCESS_BUCKETS
 from app.model.nodestate import NodeLoad
 from app.model.policy_store import policy_reload_metrics
 
@@ -37,7 +38,8 @@ class ExtenderMetrics:
         )
         self.rejected = Counter(
             "ballast_extender_nodes_rejected",
-            "Nodes rejected by filter, by the metric (or 'numa') that rejected them.",
+            "Nodes rejected by filter, by the metric (or 'numa', or 'missing:<metric>' for a metric without "
+            "a fresh value under onMissing: reject) that rejected them. Not counted in shadow mode.",
             ["metric"],
             registry=r,
         )
@@ -54,7 +56,9 @@ class ExtenderMetrics:
         self.bad_annotations = Counter(
             "ballast_extender_bad_annotations",
             "Node annotations present but unusable (not a number, non-finite, out of range, stamped in the "
-            "future), by metric; each is no information for that node and metric.",
+            "future), by metric; each is no information for that node and metric. A bad "
+            "ballast.io/load-thresholds annotation counts under that name: the node keeps its pool or "
+            "global limits.",
             ["metric"],
             registry=r,
         )
@@ -62,6 +66,38 @@ class ExtenderMetrics:
             "ballast_extender_binds_refused",
             "Binds refused because the node would go over a limit with the pods placed since filter, by "
             "metric; kube-scheduler retries those pods.",
+            ["metric"],
+            registry=r,
+        )
+        self.shadow_mode = Gauge(
+            "ballast_extender_shadow_mode",
+            "1 while the policy's spec.mode is shadow (verdicts recorded, not applied), 0 in enforce mode.",
+            registry=r,
+        )
+        self.shadow_would_reject = Counter(
+            "ballast_extender_shadow_would_reject",
+            "Shadow mode: nodes filter would have rejected, by metric label (as nodes_rejected counts them "
+            "in enforce mode); they were passed.",
+            ["metric"],
+            registry=r,
+        )
+        self.shadow_choices = Counter(
+            "ballast_extender_shadow_choices",
+            "Shadow mode: pods seen bound after a prioritize, by whether the scheduler's node was one "
+            "Ballast would have favoured (agreed=true|false).",
+            ["agreed"],
+            registry=r,
+        )
+        self.shadow_load_excess = Histogram(
+            "ballast_extender_shadow_chosen_load_excess",
+            "Shadow mode: how much higher the scheduler's node's projected load (ratio, with the pod) was "
+            "than that of the node Ballast would have favoured; 0 when they agree.",
+            buckets=EXCESS_BUCKETS,
+            registry=r,
+        )
+        self.shadow_binds_would_refuse = Counter(
+            "ballast_extender_shadow_binds_would_refuse",
+            "Shadow mode: binds the load check would have refused, by metric label; they went ahead.",
             ["metric"],
             registry=r,
         )

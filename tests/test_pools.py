@@ -421,3 +421,38 @@ def test_board_equals_the_oracle_with_pools(scoring, specs, pods) -> None:
             assert fast.filter(args) == oracle.filter(p, names)
             assert decoded(fast.prioritize(args, encoded=True)) == oracle.prioritize(p, names)
     assert pod_info(pod(7)).priority == 7
+
+
+def test_the_operators_guide_worked_example_is_what_the_code_does() -> None:
+    """docs/operators.md, "Node pools": its policy and its table of effective limits agree."""
+    import re
+
+    from tests.conftest import ROOT
+
+    page = (ROOT / "docs" / "operators.md").read_text()
+    section = page[page.index("## Node pools") :]
+    (block,) = re.findall(r"^```yaml\n(.*?)^```", section, flags=re.M | re.S)[:1]
+    policy = parse_policy(block)
+    nodes = {
+        "web (no pool)": node("web"),
+        "batch": node("b", {"pool": "batch"}),
+        "batch, annotated": node("a", {"pool": "batch"}, {"cpu_usage_avg_5m": 0.9}),
+        "gpu": node("g", {"nvidia.com/gpu.product": "A100"}),
+    }
+    rows = re.findall(r"^\| (web \(no pool\)|batch|batch, annotated|gpu) \| (.*) \|$", section, flags=re.M)
+    assert [r[0] for r in rows] == list(nodes)
+    for name, cells in rows:
+        lim = parse_node(nodes[name], policy, NOW).limits or policy.limits
+        shown = []
+        for metric in ("cpu_usage_avg_5m", "mem_usage_avg_5m", "cpu_usage_max_avg_1h"):
+            e = lim.predicates.get(metric)
+            if e is None:
+                shown.append("not checked")
+                continue
+            text = f"{e.value:g} {e.source}"
+            if metric == "mem_usage_avg_5m":
+                text += f", onMissing {e.on_missing}"
+            shown.append(text)
+        p = lim.prod["cpu_usage_avg_5m"]
+        shown.append(f"{p.value:g} {p.source}")
+        assert [c.strip() for c in cells.split("|")] == shown, name

@@ -189,3 +189,11 @@ def test_shadow_bind_goes_ahead_on_a_full_node_and_is_counted(shadow_cluster, fa
     wait_for(lambda: _metric(app, "ballast_extender_shadow_choices_total", agreed="false") == 1)
     assert _metric(app, "ballast_extender_shadow_chosen_load_excess_sum") > 0
     time.sleep(0)
+
+
+def test_shadow_preempt_keeps_every_candidate() -> None:
+    body = {"Pod": pod(), "NodeNameToMetaVictims": {"hot": {"Pods": [], "NumPDBViolations": 0}}}
+    enforce, _, _ = extender(ENFORCE)
+    assert enforce.preempt(body)["NodeNameToMetaVictims"] == {}  # still over the limit without victims
+    shadow, _, _ = extender(SHADOW)
+    assert list(shadow.preempt(body)["NodeNameToMetaVictims"]) == ["hot"]

@@ -528,7 +528,8 @@ class Extender:
         return score_node(load, policy, now, self.extra(load, now, None, skip=pod.uid)).score
 
     def preempt(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Keep candidate nodes where evicting the victims brings the node under every limit."""
+        """Keep candidate nodes where evicting the victims brings the node under every limit (every
+        candidate in shadow mode, where the load rules only count)."""
         policy = self.store.current
         now = self.clock()
         folded = {k.lower(): v for k, v in body.items()}
@@ -555,7 +556,7 @@ class Extender:
             if isinstance(violations, bool) or not isinstance(violations, int):
                 raise BadRequest(f"{field}.{node}.NumPDBViolations", "expected an integer")
             load = self.known_node(node)
-            if load is not None and not pod.daemonset:
+            if load is not None and not pod.daemonset and policy.mode != SHADOW:
                 extra = self.ledger.extra(load, now, incoming, minus=freed)
                 rejection = check_node(load, policy, now, extra, policy.is_prod(pod.priority))
                 if rejection is not None:

@@ -108,7 +108,6 @@ class Derived:
     """(projected load with the node's estimates, its growth per millicore, per byte)."""
     prod_checks: tuple[Check, ...] = ()
     """The checks against the node's prod limits (the same tuple when prod changes nothing here)."""
-    prod_blocked: bool = False
 
 
 def _checks(
@@ -146,10 +145,9 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
     projection = (projected_load(load, policy, now, extra), *pod_slope(load, policy, now))
     rooms = {"cpu": math.inf, "memory": math.inf}
     checks, until = _checks(load, limits.predicate_plan, limits.missing_plan, units, now, rooms)
-    prod_checks, prod_blocked = checks, blocked
+    prod_checks = checks
     if limits.prod_plan is not limits.predicate_plan or limits.prod_missing_plan is not limits.missing_plan:
         prod_checks, prod_until = _checks(load, limits.prod_plan, limits.prod_missing_plan, units, now, None)
-        prod_blocked = check_node(load, policy, now, extra, prod=True) is not None
         until = min(until, prod_until)
     for name, _weight, valid, _resource in priority_plan(load, policy):
         sample = fresh(load.samples.get(name), valid, now)
@@ -171,7 +169,6 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
         checks,
         projection,
         prod_checks,
-        prod_blocked,
     )
 
 

@@ -456,3 +456,43 @@ def test_the_operators_guide_worked_example_is_what_the_code_does() -> None:
         p = lim.prod["cpu_usage_avg_5m"]
         shown.append(f"{p.value:g} {p.source}")
         assert [c.strip() for c in cells.split("|")] == shown, name
+
+
+def test_label_and_annotation_changes_arrive_through_the_node_watch(fake_kube, kubeconfig) -> None:
+    """Against the fake API server (real watch): a label moves a node into a pool, an annotation overrides
+    it, a bad annotation falls back to the pool, each changing names-mode verdicts without a request
+    carrying the node."""
+    from fastapi.testclient import TestClient
+
+    from app.extender.main import create_app
+    from common.kube import Kube, load_api_client
+    from tests.conftest import wait_for
+
+    fake_kube.add(
+        node("n", cpu_usage_avg_5m=0.75, mem_usage_avg_5m=0.1) | {"kind": "Node", "apiVersion": "v1"}
+    )
+    kube = Kube(load_api_client(str(kubeconfig)), timeout=2.0)
+    app = create_app(POLICY, kube=kube, clock=lambda: NOW, policy_poll_seconds=0)
+    cache = app.state.services.cache
+    body = {"Pod": pod(0), "NodeNames": ["n"]}
+
+    def limit() -> tuple[float, str]:
+        load = cache.node("n")
+        e = (load.limits or POLICY.limits).predicates["cpu_usage_avg_5m"]
+        return e.value, e.source
+
+    with TestClient(app) as c:
+        assert cache.wait_synced(10)
+        assert list(c.post("/filter", json=body).json()["FailedNodes"]) == ["n"]  # global 0.65
+        fake_kube.patch("nodes", "n", {"metadata": {"labels": {"pool": "batch"}}})
+        wait_for(lambda: limit() == (0.85, "pool batch"))
+        assert c.post("/filter", json=body).json()["NodeNames"] == ["n"]
+        thresholds = {THRESHOLDS_ANNOTATION: json.dumps({"cpu_usage_avg_5m": 0.7})}
+        fake_kube.patch("nodes", "n", {"metadata": {"annotations": thresholds}})
+        wait_for(lambda: limit() == (0.7, "node"))
+        assert list(c.post("/filter", json=body).json()["FailedNodes"]) == ["n"]
+        fake_kube.patch("nodes", "n", {"metadata": {"annotations": {THRESHOLDS_ANNOTATION: "0.7"}}})
+        wait_for(lambda: limit() == (0.85, "pool batch"))
+        assert c.post("/filter", json=body).json()["NodeNames"] == ["n"]
+        shown = c.get("/nodes/n").json()["limits"]["annotation"]
+        assert shown["ignored"] is True and "expected a JSON object" in shown["reason"]

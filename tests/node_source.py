@@ -14,6 +14,12 @@ class StaticSource:
     def __init__(self, loads: dict[str, NodeLoad]) -> None:
         self.loads = loads
         self.node_listeners: list[Callable[[str, dict[str, Any] | None], None]] = []
+        self.bound_listeners: list[Callable[[str, str], None]] = []
+        """Told ``(uid, node)`` by ``bind`` (the cache's pod watch does it in the service)."""
+
+    def bind(self, uid: str, node: str) -> None:
+        for cb in self.bound_listeners:
+            cb(uid, node)
 
     def node(self, name: str) -> NodeLoad | None:
         return self.loads.get(name)

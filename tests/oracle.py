@@ -46,7 +46,7 @@ class Oracle:
             rejection = None
             if load is not None:
                 extra = self.ledger.extra(load, self.now, incoming)
-                rejection = check_node(load, self.policy, self.now, extra)
+                rejection = check_node(load, self.policy, self.now, extra, self.policy.is_prod(pod.priority))
             if rejection is None:
                 passing.append(name)
             else:

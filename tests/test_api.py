@@ -164,7 +164,7 @@ def test_operations_endpoints(client: TestClient) -> None:
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ok"
     pol = client.get("/policy").json()
-    assert pol["predicate"][0] == {"name": "cpu_usage_avg_5m", "maxLimitPercent": 0.65}
+    assert pol["predicate"][0] == {"name": "cpu_usage_avg_5m", "maxLimitPercent": 0.65, "onMissing": "pass"}
     assert client.get("/version").json()["component"] == "extender"
     client.post("/filter", json=read_fixture("full-nodes/01-filter-burstable-checkout-api.json"))
     m = client.get("/metrics").text

@@ -18,6 +18,7 @@ from app.model.policy import (
     load_policy,
     parse_policy,
 )
+from app.model.pools import POOL_FIELDS
 from tests.conftest import POLICY_FILE
 
 BASE = """
@@ -279,6 +280,7 @@ def test_spec_sections_documented_and_parsed_are_the_same() -> None:
         "syncPolicy": SYNC_POLICY_FIELDS,
         "predicate": PREDICATE_FIELDS,
         "priority": PRIORITY_FIELDS,
+        "nodePools": POOL_FIELDS,
         "hotValue": HOT_VALUE_FIELDS,
         "estimation": ESTIMATION_FIELDS,
         "topology": TOPOLOGY_FIELDS,

@@ -320,6 +320,8 @@ class ClusterCache:
             self.pods_on, assume_ttl=community_assume_ttl, clock=clock, on_malformed=on_malformed_nrt
         )
         """The community NRT objects (``topology.node.k8s.io/v1alpha2``) and what bind assumed on them."""
+        self.bound_listeners: list[Callable[[str, str], None]] = []
+        """Told ``(uid, node)`` when a pod is first seen bound to a node (shadow mode's agreement)."""
         self.reflectors = [
             Reflector(kube, "/api/v1/nodes", _Nodes(self), name="nodes", resync_seconds=resync_seconds),
             Reflector(
@@ -438,6 +440,8 @@ class ClusterCache:
 
     def pod_bound(self, record: PodRecord) -> None:
         self.community.pod_bound(record.node)
+        for cb in self.bound_listeners:
+            cb(record.uid, record.node)
         if self.ledger is None or record.info is None or record.info.daemonset:
             return
         at = record.scheduled_at if record.scheduled_at is not None else self.clock()

@@ -19,6 +19,7 @@ from app.model.load import check_node, projected_load, relative_scores, score_no
 from app.model.nodestate import NodeLoad
 from app.model.podinfo import PodInfo, pod_info
 from app.model.policy import Policy
+from app.model.thresholds import THRESHOLDS_ANNOTATION
 
 PLAIN_POD = PodInfo("", "", "", False, 0, 0, 0, 0)
 """What /nodes judges with: a pod that requests nothing (so it is estimated at the policy defaults)."""
@@ -61,7 +62,8 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
     incoming = ext.incoming(pod, now)
     filter_extra = ext.extra(load, now, incoming)
     score_extra = ext.extra(load, now, None, skip=pod.uid)
-    rejection = None if pod.daemonset else check_node(load, policy, now, filter_extra)
+    prod = policy.is_prod(pod.priority)
+    rejection = None if pod.daemonset else check_node(load, policy, now, filter_extra, prod)
     score = score_node(load, policy, now, score_extra, explain=True)
     hot = load.hot
     estimates = ext.ledger.counted(load, now)
@@ -95,6 +97,7 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
             ),
         },
         "numa": numa_view(ext, load.name),
+        "limits": _limits_view(load, policy) | {"podClass": "prod" if prod else "batch"},
     } | _community(ext, load.name, None)
 
 
@@ -103,6 +106,19 @@ def _community(ext: Extender, node: str, demand: Any) -> dict[str, Any]:
     check = ext.numa.community
     view = check.explain(node, demand) if check is not None else None
     return {} if view is None else {"numaCommunity": view}
+
+
+def _limits_view(load: NodeLoad, policy: Policy) -> dict[str, Any]:
+    """The node's effective limits and weights, each with where it came from (global, pool NAME, node,
+    prod, pool NAME prod), and the thresholds annotation's problem when it was ignored."""
+    view = (load.limits or policy.limits).to_json()
+    bad = load.bad.get(THRESHOLDS_ANNOTATION)
+    view["annotation"] = (
+        {"name": THRESHOLDS_ANNOTATION, "ignored": True, "reason": bad}
+        if bad is not None
+        else {"name": THRESHOLDS_ANNOTATION, "ignored": False}
+    )
+    return view
 
 
 def rank_views(views: list[dict[str, Any]], policy: Policy) -> None:
@@ -248,10 +264,17 @@ def explain(
         final = view["score"].get("scoreWithNuma", view["score"]["score"])
         if view["filter"]["passes"] and _scored(view) and (best is None or final > best[0]):
             best = (final, view["name"])
+    shadow = policy.mode == "shadow"
     return {
+        "mode": policy.mode,
         "pod": pod.label or None,
         "nodes": views,
         "favoured": best[1] if best else None,
-        "note": "kube-scheduler adds Ballast's score x weight x 10 to its own plugin scores, so it may pick "
-        "another passing node",
+        "note": (
+            "shadow mode: these are the verdicts Ballast records; it answers kube-scheduler with every node "
+            "passing (NUMA fit aside) and the same score for all"
+            if shadow
+            else "kube-scheduler adds Ballast's score x weight x 10 to its own plugin scores, so it may pick "
+            "another passing node"
+        ),
     }

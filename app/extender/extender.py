@@ -17,6 +17,7 @@ from app.extender.metrics import ExtenderMetrics
 from app.extender.numa import NodeTopology, ZoneUsage
 from app.extender.numa_check import NumaCheck
 from app.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
+from app.extender.shadow import ShadowBook
 from app.extender.wire import ExtenderArgs, filter_result, require_pod
 from app.model.bad_request import BadRequest
 from app.model.estimation import Estimate, estimate_usage
@@ -26,6 +27,7 @@ from app.model.nodestate import NodeLoad, parse_node
 from app.model.podinfo import PodInfo, pod_info
 from app.model.policy import Policy
 from app.model.policy_store import PolicyStore
+from app.model.pools import MODES
 from app.model.verdicts import VerdictBoard, filter_names, fragments
 
 log = logging.getLogger("ballast.extender")
@@ -51,6 +53,9 @@ class NodeSource(Protocol):
     def pins_cpus(self) -> bool:
         """Whether any node's NRT says Ballast pins CPUs there; when none does, NUMA work is skipped."""
         ...
+
+
+SHADOW = MODES[1]
 
 
 class Extender:
@@ -82,11 +87,48 @@ class Extender:
         """Standing verdicts of nodes seen in whole-node requests (updated when a resourceVersion changes)."""
         self.board: VerdictBoard | None = None
         """Standing verdicts of the cache's nodes (names mode); none without a cache."""
+        self.shadow = ShadowBook(
+            lambda agreed: metrics.shadow_choices.labels("true" if agreed else "false").inc(),
+            metrics.shadow_load_excess.observe,
+            clock,
+        )
+        """Shadow mode: Ballast's favourites per pod, compared with the scheduler's node once it is bound."""
         if source is not None:
             board = self.board = self._new_board(source.node, deferrable=True)
             source.node_listeners.append(self._node_changed)
             board.rebuild(source.node_names(), clock())
+            self.shadow.load_of = self._standing_load
+            bound = getattr(source, "bound_listeners", None)
+            if bound is not None:
+                bound.append(self.shadow.placed)
+        self._would_reject_children: dict[str, Any] = {}
+        self._mode = store.current.mode
+        self._mode_set(None)
         store.on_change(self._policy_changed)
+
+    def _mode_set(self, previous: str | None) -> None:
+        mode = self.store.current.mode
+        self.metrics.shadow_mode.set(1 if mode == SHADOW else 0)
+        if mode != previous:
+            if mode == SHADOW:
+                log.warning(
+                    "policy mode: shadow: filter passes every node, prioritize scores every node the same "
+                    "and bind never refuses for load; what Ballast would have done is only counted "
+                    "(NUMA placement stays enforced)"
+                )
+            else:
+                log.info("policy mode: enforce: Ballast's load rules decide")
+
+    def _standing_load(self, node: str, cpu_milli: int, memory_bytes: int) -> float | None:
+        """The node's standing projected load with a pod of this size added (the board's projection)."""
+        if self.board is None:
+            return None
+        self.board.refresh(self.clock())
+        entry = self.board.projection.get(node)
+        if entry is None or entry[0] is None:
+            return None
+        base, per_milli, per_byte = entry
+        return base + cpu_milli * per_milli + memory_bytes * per_byte
 
     def _new_board(self, lookup: Callable[[str], NodeLoad | None], deferrable: bool = False) -> VerdictBoard:
         """A verdict board over ``lookup``'s nodes that follows the ledger's estimates; a ``deferrable``
@@ -126,6 +168,8 @@ class Extender:
             self.board.update([obj["metadata"]["name"]], self.clock())
 
     def _policy_changed(self, policy: Policy) -> None:
+        previous, self._mode = self._mode, policy.mode
+        self._mode_set(previous)
         self._parsed.clear()
         self._parsed.drain_forgotten()  # the rebuild below drops them all from the board
         self.ledger.set_policy(policy)
@@ -197,10 +241,13 @@ class Extender:
     # -- verbs --------------------------------------------------------------------------------------
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        """Load verdicts, then the NUMA fit. In shadow mode the load verdicts are counted
+        (``shadow_would_reject``) and every node passes them; the NUMA fit still applies."""
         policy = self.store.current
         now = self.clock()
         pod = pod_info(args.pod)
         incoming = self.incoming(pod, now)
+        shadow = policy.mode == SHADOW
         failed: dict[str, str] = {}
         if args.nodes is not None:
             self._seen["filter"].inc(len(args.nodes))
@@ -213,6 +260,8 @@ class Extender:
                 passed, failed = self._filter_from_board(
                     self.request_board, in_request.get, pod, names, incoming, policy, now
                 )
+                if shadow:
+                    passed, failed = names, {}
                 if len(passed) == len(names):
                     passing_nodes = list(args.nodes)
                 else:
@@ -236,6 +285,8 @@ class Extender:
             passing, failed = self._filter_from_board(
                 self.board, self._from_name, pod, names, incoming, policy, now
             )
+            if shadow:
+                passing, failed = list(names), {}
             numa_failed = self.numa.filter(args.pod, pod, passing, failed)
             if numa_failed:
                 passing = [n for n in passing if n not in numa_failed]
@@ -252,19 +303,30 @@ class Extender:
         policy: Policy,
         now: float,
     ) -> tuple[list[str], dict[str, str]]:
-        """Names-mode filter from the verdict board (``app.model.verdicts.filter_names``)."""
+        """Names-mode filter from the verdict board (``app.model.verdicts.filter_names``), against the
+        prod limits for a prod pod. Rejections count as rejected, or in shadow mode as would-reject."""
+        prod = policy.is_prod(pod.priority)
 
         def exact_check(name: str) -> Rejection | None:
             load = lookup(name)
-            return None if load is None else check_node(load, policy, now, self.extra(load, now, incoming))
+            if load is None:
+                return None
+            return check_node(load, policy, now, self.extra(load, now, incoming), prod)
 
         cpu, mem = _size(incoming)
         passing, failed, rejected_by = filter_names(
-            board, names, cpu, mem, now, self._own_node(pod), exact_check
+            board, names, cpu, mem, now, self._own_node(pod), exact_check, prod
         )
-        for metric, count in rejected_by.items():
-            self._rejected(metric).inc(count)
+        count = self._would_reject if policy.mode == SHADOW else self._rejected
+        for metric, n in rejected_by.items():
+            count(metric).inc(n)
         return passing, failed
+
+    def _would_reject(self, metric: str):
+        child = self._would_reject_children.get(metric)
+        if child is None:
+            child = self._would_reject_children[metric] = self.metrics.shadow_would_reject.labels(metric)
+        return child
 
     def _rejected(self, metric: str):
         child = self._rejected_children.get(metric)
@@ -294,6 +356,23 @@ class Extender:
     def prioritize(self, args: ExtenderArgs, encoded: bool = False) -> list[dict[str, Any]] | bytes:
         """Scores for kube-scheduler; with ``encoded`` the answer may come back as ready JSON bytes."""
         policy = self.store.current
+        if policy.mode == SHADOW:
+            return self._shadow_prioritize(args, policy)
+        return self._prioritize(args, policy, encoded)
+
+    def _shadow_prioritize(self, args: ExtenderArgs, policy: Policy) -> list[dict[str, Any]]:
+        """Work out the real scores, note Ballast's favourites for the pod (``app.extender.shadow``), and
+        answer every candidate the same score, so kube-scheduler's own plugins alone decide."""
+        real = self._prioritize(args, policy, encoded=False)
+        assert isinstance(real, list)
+        if real:
+            pod = pod_info(args.pod)
+            if not pod.daemonset:
+                cpu, mem = _size(self.incoming(pod, self.clock()))
+                self.shadow.note(pod.uid, [e["Host"] for e in real], [e["Score"] for e in real], cpu, mem)
+        return [{"Host": e["Host"], "Score": 0} for e in real]
+
+    def _prioritize(self, args: ExtenderArgs, policy: Policy, encoded: bool) -> list[dict[str, Any]] | bytes:
         now = self.clock()
         pod = pod_info(args.pod)
         if args.nodes is not None:
@@ -318,8 +397,8 @@ class Extender:
         bind arrives. kube-scheduler breaks a tie between equal scores by its own plugins, whose
         request-based scores favour the node with fewer pods: among a few tied candidates the hold goes
         to the one holding the fewest of Ballast's estimates (the first of those)."""
-        if not names or pod.daemonset:
-            return
+        if not names or pod.daemonset or self.store.current.mode == SHADOW:
+            return  # in shadow mode the scheduler's own choice is recorded at bind (or by the pod watch)
         top = max(scores)
         best = scores.index(top)
         if 1 < scores.count(top) <= _FEW_TIED:
@@ -449,7 +528,8 @@ class Extender:
         return score_node(load, policy, now, self.extra(load, now, None, skip=pod.uid)).score
 
     def preempt(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Keep candidate nodes where evicting the victims brings the node under every limit."""
+        """Keep candidate nodes where evicting the victims brings the node under every limit (every
+        candidate in shadow mode, where the load rules only count)."""
         policy = self.store.current
         now = self.clock()
         folded = {k.lower(): v for k, v in body.items()}
@@ -476,8 +556,9 @@ class Extender:
             if isinstance(violations, bool) or not isinstance(violations, int):
                 raise BadRequest(f"{field}.{node}.NumPDBViolations", "expected an integer")
             load = self.known_node(node)
-            if load is not None and not pod.daemonset:
-                rejection = check_node(load, policy, now, self.ledger.extra(load, now, incoming, minus=freed))
+            if load is not None and not pod.daemonset and policy.mode != SHADOW:
+                extra = self.ledger.extra(load, now, incoming, minus=freed)
+                rejection = check_node(load, policy, now, extra, policy.is_prod(pod.priority))
                 if rejection is not None:
                     log.info(
                         "preempt: dropping %s, still overloaded after evicting victims: %s",

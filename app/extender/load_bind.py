@@ -36,6 +36,7 @@ class LoadPreBind:
         lookup: Callable[[str], NodeLoad | None],
         clock: Callable[[], float],
         on_refused: Callable[[str], None] = lambda metric: None,
+        on_shadow_refused: Callable[[str], None] = lambda metric: None,
     ) -> None:
         self.kube = kube
         self.ledger = ledger
@@ -45,17 +46,20 @@ class LoadPreBind:
         self.clock = clock
         self.on_refused = on_refused
         """Told the metric that refused a bind (``ballast_extender_binds_refused_total``)."""
+        self.on_shadow_refused = on_shadow_refused
+        """Shadow mode: told the metric that would have refused it; the bind goes ahead."""
         self.lock = threading.Lock()
 
-    def _size(self, args: BindingArgs) -> tuple[int, int] | None:
-        """The pod's estimated (cpu millicores, memory bytes); ``None`` for a DaemonSet pod (never limited).
+    def _size(self, args: BindingArgs) -> tuple[int, int, int | None] | None:
+        """The pod's estimated (cpu millicores, memory bytes) and priority; ``None`` for a DaemonSet pod
+        (never limited).
 
         filter or prioritize normally left a hold that carries the size; a pod they did not see (the
         extender restarted in between) is read from the API once.
         """
         known = self.ledger.known(args.pod_uid) if args.pod_uid else None
         if known is not None:
-            return known.cpu_milli, known.memory_bytes
+            return known.cpu_milli, known.memory_bytes, known.priority
         obj = self.kube.get(f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}")
         try:
             pod = pod_info(obj)
@@ -63,7 +67,7 @@ class LoadPreBind:
             return None  # a pod object Ballast cannot size: no information, like filter
         if pod.daemonset:
             return None
-        return estimate_usage(pod, self.store.current.estimation)
+        return (*estimate_usage(pod, self.store.current.estimation), pod.priority)
 
     def __call__(self, args: BindingArgs) -> Undo | None:
         if not args.pod_uid:
@@ -80,14 +84,16 @@ class LoadPreBind:
             now = self.clock()
             incoming = Estimate(args.pod_uid, name, "", size[0], size[1], now, tentative=True)
             extra = self.ledger.extra(load, now, incoming, bound_only=True)
-            rejection = check_node(load, policy, now, extra)
-            if rejection is not None:
-                self.on_refused(rejection.metric)
+            rejection = check_node(load, policy, now, extra, policy.is_prod(size[2]))
+            if rejection is not None and policy.mode == "shadow":
+                self.on_shadow_refused(rejection.label)
+            elif rejection is not None:
+                self.on_refused(rejection.label)
                 raise BindError(
                     f"{args.node} has no room left for this pod by the time it is bound "
                     f"(pods placed since filter count): {rejection.reason}"
                 )
-            self.ledger.bound(None, args.pod_uid, args.node, now, name, size=size)
+            self.ledger.bound(None, args.pod_uid, args.node, now, name, size=size[:2])
 
         def undo() -> None:
             self.ledger.forget(args.pod_uid)

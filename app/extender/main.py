@@ -160,7 +160,13 @@ def create_app(
         )
     if kube is not None:
         load_check = LoadPreBind(
-            kube, ledger, store, cache.node, clock, lambda metric: metrics.binds_refused.labels(metric).inc()
+            kube,
+            ledger,
+            store,
+            cache.node,
+            clock,
+            lambda metric: metrics.binds_refused.labels(metric).inc(),
+            lambda metric: metrics.shadow_binds_would_refuse.labels(metric).inc(),
         )
         numa = NumaPreBind(kube, cache, store, extender.numa.seen, result_key)
         assert community is not None

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from app.extender.shadow import EXCESS_BUCKETS
 from app.model.annotations import HOT_VALUE_KEY
 from app.model.nodestate import NodeLoad
 from app.model.policy import Policy
@@ -39,7 +40,8 @@ class ExtenderMetrics:
         )
         self.rejected = Counter(
             "ballast_extender_nodes_rejected",
-            "Nodes rejected by filter, by the metric (or 'numa') that rejected them.",
+            "Nodes rejected by filter, by the metric (or 'numa', or 'missing:<metric>' for a metric without "
+            "a fresh value under onMissing: reject) that rejected them. Not counted in shadow mode.",
             ["metric"],
             registry=r,
         )
@@ -56,7 +58,9 @@ class ExtenderMetrics:
         self.bad_annotations = Counter(
             "ballast_extender_bad_annotations",
             "Node annotations present but unusable (not a number, non-finite, out of range, stamped in the "
-            "future), by metric; each is no information for that node and metric.",
+            "future), by metric; each is no information for that node and metric. A bad "
+            "ballast.io/load-thresholds annotation counts under that name: the node keeps its pool or "
+            "global limits.",
             ["metric"],
             registry=r,
         )
@@ -71,6 +75,38 @@ class ExtenderMetrics:
             "ballast_extender_nrt_malformed",
             "Community NodeResourceTopology (v1alpha2) objects received unusable (no zones, a bad or "
             "negative quantity, an unknown policy); each is no information for its node, which passes.",
+            registry=r,
+        )
+        self.shadow_mode = Gauge(
+            "ballast_extender_shadow_mode",
+            "1 while the policy's spec.mode is shadow (verdicts recorded, not applied), 0 in enforce mode.",
+            registry=r,
+        )
+        self.shadow_would_reject = Counter(
+            "ballast_extender_shadow_would_reject",
+            "Shadow mode: nodes filter would have rejected, by metric label (as nodes_rejected counts them "
+            "in enforce mode); they were passed.",
+            ["metric"],
+            registry=r,
+        )
+        self.shadow_choices = Counter(
+            "ballast_extender_shadow_choices",
+            "Shadow mode: pods seen bound after a prioritize, by whether the scheduler's node was one "
+            "Ballast would have favoured (agreed=true|false).",
+            ["agreed"],
+            registry=r,
+        )
+        self.shadow_load_excess = Histogram(
+            "ballast_extender_shadow_chosen_load_excess",
+            "Shadow mode: how much higher the scheduler's node's projected load (ratio, with the pod) was "
+            "than that of the node Ballast would have favoured; 0 when they agree.",
+            buckets=EXCESS_BUCKETS,
+            registry=r,
+        )
+        self.shadow_binds_would_refuse = Counter(
+            "ballast_extender_shadow_binds_would_refuse",
+            "Shadow mode: binds the load check would have refused, by metric label; they went ahead.",
+            ["metric"],
             registry=r,
         )
         self.policy_reloads, self.policy_ok = policy_reload_metrics("ballast", r)
@@ -95,7 +131,11 @@ class ExtenderMetrics:
         for predicate in policy.predicates:
             self.rejected.labels(predicate.name)
             self.binds_refused.labels(predicate.name)
+            self.shadow_would_reject.labels(predicate.name)
+            self.shadow_binds_would_refuse.labels(predicate.name)
         self.rejected.labels("numa")
+        for agreed in ("true", "false"):
+            self.shadow_choices.labels(agreed)
 
     def count_bad(self, load: NodeLoad) -> None:
         """Count a parsed node's bad annotations (called once per parse, i.e. per node change)."""

@@ -41,6 +41,8 @@ class Estimate:
     at: float
     """When the pod was placed (bind, PodScheduled time, or the tentative hold)."""
     tentative: bool = False
+    priority: int | None = None
+    """The pod's ``spec.priority`` when known (bind judges a prod pod against the prod limits)."""
 
     def amount(self, resource: str) -> int:
         return self.cpu_milli if resource == "cpu" else self.memory_bytes if resource == "memory" else 0

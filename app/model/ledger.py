@@ -91,7 +91,16 @@ class Ledger:
                 if old.node == node and now - old.at < 1.0:
                     return  # the same hold, refreshed within a second: nothing changes
                 self._unindex(pod.uid, old.node, touched)
-            e = Estimate(pod.uid, pod.label, node, cpu, mem, now, tentative=True)
+            e = Estimate(
+                pod.uid,
+                pod.label,
+                node,
+                cpu,
+                mem,
+                now,
+                tentative=True,
+                priority=pod.priority,
+            )
             self._tentative[pod.uid] = e
             self._index(e, touched)
         self._notify(touched)
@@ -184,7 +193,9 @@ class Ledger:
 
     def incoming(self, pod: PodInfo, now: float) -> Estimate:
         cpu, mem = estimate_usage(pod, self._policy.estimation)
-        return Estimate(pod.uid, pod.label, "", cpu, mem, now, tentative=True)
+        return Estimate(
+            pod.uid, pod.label, "", cpu, mem, now, tentative=True, priority=pod.priority
+        )
 
     def units(
         self, load: NodeLoad, now: float, skip: str | None = None, bound_only: bool = False

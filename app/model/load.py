@@ -13,7 +13,10 @@ candidates actually in play (crane's absolute scale gives nodes whose loads diff
 same score, and a burst piles onto such ties). ``crane`` keeps crane's formula:
 
 Filter: a node is rejected when a *fresh* value of a predicate metric is above its limit. Missing,
-stale or unreadable values never reject (they are "no information").
+stale or unreadable values never reject (they are "no information"), unless the predicate's
+``onMissing`` is ``reject``: then such a node is rejected for that metric with its own reason (and the
+metric label ``missing:<metric>``). The limits are the node's own (``NodeLoad.limits``: its pool and its
+thresholds annotation, ``app.model.pools``), the prod ones for a prod pod.
 
 Score (crane's 0..100 scale, then mapped to the extender's 0..10):
     raw   = int( sum((1 - u) * w * 100) / sum(w) )   over priority metrics with a fresh value
@@ -42,6 +45,10 @@ MAX_EXTENDER_SCORE = 10
 _NO_EXTRA: Mapping[str, float] = {}
 
 
+MISSING_PREFIX = "missing:"
+"""Metric label of a rejection for missing data (``onMissing: reject``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     metric: str
@@ -49,9 +56,21 @@ class Rejection:
     extra: float
     limit: float
     age: float
+    missing: bool = False
+    """No fresh value and ``onMissing: reject`` (``value``, ``extra`` and ``age`` mean nothing)."""
+
+    @property
+    def label(self) -> str:
+        """The ``metric`` label of the rejection counters: the metric, or ``missing:<metric>``."""
+        return MISSING_PREFIX + self.metric if self.missing else self.metric
 
     @property
     def reason(self) -> str:
+        if self.missing:
+            return (
+                f"load {self.metric} has no fresh value (missing, stale or unreadable) and its onMissing "
+                "is reject"
+            )
         if self.extra:
             used = (
                 f"{self.value:.5f} measured + {self.extra:.5f} estimated (this pod and pods placed since) "
@@ -66,18 +85,33 @@ class Rejection:
 
 
 def check_node(
-    load: NodeLoad, policy: Policy, now: float, extra: Mapping[str, float] = _NO_EXTRA
+    load: NodeLoad,
+    policy: Policy,
+    now: float,
+    extra: Mapping[str, float] = _NO_EXTRA,
+    prod: bool = False,
 ) -> Rejection | None:
-    """Return why the node is overloaded, or ``None`` when it passes."""
+    """Return why the node is overloaded (or unmeasured where that rejects), or ``None`` when it passes.
+    Over-limit metrics are reported before missing ones, each in plan order."""
     samples = load.samples
-    for name, limit, valid, _resource in policy.predicate_plan:
+    plan, missing = (load.limits or policy.limits).plans(prod)
+    for name, limit, valid, _resource in plan:
         sample = fresh(samples.get(name), valid, now)
         if sample is None:
             continue
         add = extra.get(name, 0.0) if extra else 0.0
         if sample.value + add > limit:
             return Rejection(name, sample.value, add, limit, now - sample.timestamp)
+    for name, valid in missing:
+        if fresh(samples.get(name), valid, now) is None:
+            return Rejection(name, 0.0, 0.0, 0.0, 0.0, missing=True)
     return None
+
+
+def priority_plan(load: NodeLoad, policy: Policy) -> tuple[tuple[str, float, float, str], ...]:
+    """The node's priority terms: its pool's weights where the pool sets them, else the policy's."""
+    limits = load.limits
+    return limits.priority_plan if limits is not None else policy.priority_plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +171,7 @@ def score_node(
     weights = 0.0
     terms: list[ScoreTerm] = []
     samples = load.samples
-    for name, weight, valid, _resource in policy.priority_plan:
+    for name, weight, valid, _resource in priority_plan(load, policy):
         sample = samples.get(name)
         counts = fresh(sample, valid, now) is not None
         add = extra.get(name, 0.0) if extra else 0.0
@@ -169,7 +203,7 @@ def projected_load(
     total = 0.0
     weights = 0.0
     samples = load.samples
-    for name, weight, valid, _resource in policy.priority_plan:
+    for name, weight, valid, _resource in priority_plan(load, policy):
         sample = fresh(samples.get(name), valid, now)
         if sample is None:
             continue
@@ -189,7 +223,7 @@ def pod_slope(load: NodeLoad, policy: Policy, now: float) -> tuple[float, float]
     a pod adds ``amount / allocatable`` to every metric of its resource (``app.model.estimation``)."""
     cpu = mem = weights = 0.0
     samples = load.samples
-    for name, weight, valid, resource in policy.priority_plan:
+    for name, weight, valid, resource in priority_plan(load, policy):
         sample = fresh(samples.get(name), valid, now)
         if sample is None:
             continue

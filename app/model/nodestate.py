@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from app.model.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, Sample, read_sample
 from app.model.policy import Policy
+from app.model.pools import NodeLimits
+from app.model.thresholds import THRESHOLDS_ANNOTATION, node_limits
 from common.quantity import parse_bytes as memory_bytes
 from common.quantity import parse_cpu_milli as cpu_milli
 
@@ -25,7 +27,10 @@ class NodeLoad:
     allocatable_memory_bytes: int | None = None
     resource_version: str | None = None
     bad: Mapping[str, str] = field(default_factory=dict)
-    """Annotations present but unusable (metric or ``node_hot_value`` -> why): no information, in /nodes."""
+    """Annotations present but unusable (metric, ``node_hot_value`` or ``ballast.io/load-thresholds`` ->
+    why): no information (for the thresholds: the pool or global limits hold), shown in /nodes."""
+    limits: NodeLimits | None = None
+    """The node's effective limits (pool, annotation); ``None``: the policy's global ones."""
 
 
 _MAX_QUANTITY = 2**53
@@ -73,6 +78,11 @@ def parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeLo
     hot, reason = read_sample(annotations.get(HOT_VALUE_KEY), zone, now, MAX_HOT_VALUE)
     if reason is not None:
         bad[HOT_VALUE_KEY] = reason
+    labels = meta.get("labels")
+    labels = {k: v for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, Mapping) else {}
+    limits, reason = node_limits(policy, labels, annotations)
+    if reason is not None:
+        bad[THRESHOLDS_ANNOTATION] = reason
     cpu, mem = _allocatable(node)
     rv = meta.get("resourceVersion")
     return NodeLoad(
@@ -83,4 +93,5 @@ def parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeLo
         allocatable_memory_bytes=mem,
         resource_version=rv if isinstance(rv, str) else None,
         bad=bad,
+        limits=limits,
     )

@@ -23,6 +23,9 @@ class PodInfo:
     cpu_limit_milli: int
     memory_request_bytes: int
     memory_limit_bytes: int
+    priority: int | None = None
+    """``spec.priority`` (set by admission from the pod's PriorityClass); prod pods are judged against
+    ``spec.prod``'s limits."""
 
     @property
     def key(self) -> str:
@@ -106,4 +109,9 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         cpu_limit_milli=_effective(app, init, 1),
         memory_request_bytes=_effective(app, init, 2),
         memory_limit_bytes=_effective(app, init, 3),
+        priority=_priority(spec.get("priority")),
     )
+
+
+def _priority(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -18,6 +18,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from app.model.annotations import EXTRA_ACTIVE_SECONDS
+from app.model.pools import (
+    LIMIT_FIELDS,
+    LimitEntry,
+    NodeLimits,
+    NodePool,
+    ProdSettings,
+    build_limits,
+    parse_limits,
+    parse_mode,
+    parse_pools,
+    parse_prod,
+)
 from common.durations import parse_duration
 from common.quantity import parse_quantity
 
@@ -39,11 +51,9 @@ SCORINGS = ("relative", "crane")
 """Values of ``spec.scoring``; the first is the default."""
 
 
-@dataclass(frozen=True, slots=True)
-class Predicate:
-    name: str
-    max_limit: float
-    """Reject when a fresh value is above this ratio; 0 disables the predicate (crane's rule)."""
+Predicate = LimitEntry
+"""A ``spec.predicate`` entry: reject when a fresh value is above ``max_limit`` (0 disables it, crane's
+rule); ``on_missing`` says what a node without a fresh value gets (``None``: pass)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +108,11 @@ class Policy:
     """``relative`` (rank the candidates by projected load after the pod: the least loaded 10, the others
     7 down to 0) or ``crane`` (crane's absolute ``(1 - u) * 100`` formula mapped to 0..10); see
     ``app.model.load``."""
+    mode: str = "enforce"
+    """``enforce`` or ``shadow`` (compute and record every verdict, answer as if the load rules were
+    absent); see ``app.extender.shadow``."""
+    node_pools: tuple[NodePool, ...] = ()
+    prod: ProdSettings | None = None
     source: str = "<memory>"
     document: Mapping[str, Any] = field(default_factory=dict)
     predicate_plan: tuple[tuple[str, float, float, str], ...] = field(init=False, repr=False, compare=False)
@@ -105,19 +120,36 @@ class Policy:
     priority_plan: tuple[tuple[str, float, float, str], ...] = field(init=False, repr=False, compare=False)
     """(metric, weight, seconds valid, resource) per priority: what ``score_node`` loops over."""
 
+    limits: NodeLimits = field(init=False, repr=False, compare=False)
+    """The effective limits of a node in no pool and without a thresholds annotation."""
+    pool_limits: Mapping[str, NodeLimits] = field(init=False, repr=False, compare=False)
+    """Per pool name, the effective limits of a node in that pool without a thresholds annotation."""
+
     def __post_init__(self) -> None:
         # Precomputed once per policy so the per-node request path is plain tuple iteration.
-        preds = tuple(
-            (p.name, p.max_limit, self.valid_for(p.name), self.resource_of(p.name) or "")
-            for p in self.predicates
-            if p.max_limit != 0
+        limits = self.limits_for(None, {})
+        object.__setattr__(self, "limits", limits)
+        object.__setattr__(self, "pool_limits", {p.name: self.limits_for(p, {}) for p in self.node_pools})
+        object.__setattr__(self, "predicate_plan", limits.predicate_plan)
+        object.__setattr__(self, "priority_plan", limits.priority_plan)
+
+    def limits_for(self, pool: NodePool | None, overrides: Mapping[str, float]) -> NodeLimits:
+        """Effective limits for a node in ``pool`` whose annotation overrides ``overrides``
+        (``app.model.pools.build_limits``)."""
+        return build_limits(
+            self.predicates,
+            tuple((p.name, p.weight) for p in self.priorities),
+            self.prod,
+            pool,
+            overrides,
+            self.valid_for,
+            self.resource_of,
         )
-        prios = tuple(
-            (p.name, p.weight, self.valid_for(p.name), self.resource_of(p.name) or "")
-            for p in self.priorities
-        )
-        object.__setattr__(self, "predicate_plan", preds)
-        object.__setattr__(self, "priority_plan", prios)
+
+    def is_prod(self, priority: int | None) -> bool:
+        """Whether a pod of this ``spec.priority`` is judged against the prod limits."""
+        prod = self.prod
+        return prod is not None and priority is not None and priority >= prod.priority_threshold
 
     def valid_for(self, metric: str) -> float:
         """Seconds a value of ``metric`` stays usable after its timestamp."""
@@ -144,7 +176,10 @@ class Policy:
         return {
             "source": self.source,
             "syncPolicy": [{"name": n, "periodSeconds": p} for n, p in self.sync_periods.items()],
-            "predicate": [{"name": p.name, "maxLimitPercent": p.max_limit} for p in self.predicates],
+            "predicate": [
+                {"name": p.name, "maxLimitPercent": p.max_limit, "onMissing": p.on_missing or "pass"}
+                for p in self.predicates
+            ],
             "priority": [{"name": p.name, "weight": p.weight} for p in self.priorities],
             "hotValue": [{"timeRangeSeconds": h.time_range, "count": h.count} for h in self.hot_values],
             "legacyTimeZone": self.legacy_zone.key if self.legacy_zone else None,
@@ -158,6 +193,9 @@ class Policy:
             },
             "metricResources": {m: self.resource_of(m) for m in self.sync_periods},
             "scoring": self.scoring,
+            "mode": self.mode,
+            "nodePools": [p.to_json() for p in self.node_pools],
+            "prod": self.prod.to_json() if self.prod is not None else None,
             "topology": {
                 "awareResources": ["cpu", "memory"] if self.topology.memory_aware else ["cpu"],
                 "scoreWeight": self.topology.score_weight,
@@ -256,27 +294,11 @@ def _sync_policy(c: _Checker, value: Any) -> dict[str, float]:
     return periods
 
 
-PREDICATE_FIELDS = {"name", "maxLimitPecent", "maxLimitPercent"}
+PREDICATE_FIELDS = LIMIT_FIELDS
 
 
 def _predicates(c: _Checker, value: Any, periods: Mapping[str, float]) -> list[Predicate]:
-    predicates: list[Predicate] = []
-    for path, item in c.entries(value, "spec.predicate", PREDICATE_FIELDS):
-        name = c.name(item, path)
-        if "maxLimitPecent" in item and "maxLimitPercent" in item:
-            c.fail(path, "set either maxLimitPecent (crane's spelling) or maxLimitPercent, not both")
-            continue
-        key = "maxLimitPercent" if "maxLimitPercent" in item else "maxLimitPecent"
-        if key not in item:
-            c.fail(
-                f"{path}.maxLimitPecent", "required: the load ratio in [0, 1] above which a node is rejected"
-            )
-            continue
-        limit = c.number(item[key], f"{path}.{key}", 0.0, 1.0)
-        _synced(c, name, periods, f"{path}.name")
-        if name is not None and limit is not None:
-            predicates.append(Predicate(name, limit))
-    return predicates
+    return parse_limits(c, value, "spec.predicate", periods)
 
 
 PRIORITY_FIELDS = {"name", "weight"}
@@ -407,6 +429,9 @@ SPEC_FIELDS = {
     "metricResources",
     "topology",
     "scoring",
+    "mode",
+    "nodePools",
+    "prod",
 }
 """Every section of ``spec``; each is read by its parser above (``tests/test_policy.py`` checks both ways)."""
 
@@ -438,6 +463,9 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
         metric_resources=_metric_resources(c, spec.get("metricResources"), periods),
         topology=_topology(c, spec.get("topology")),
         scoring=_scoring(c, spec.get("scoring")),
+        mode=parse_mode(c, spec.get("mode")),
+        node_pools=parse_pools(c, spec.get("nodePools"), periods),
+        prod=parse_prod(c, spec.get("prod"), periods),
     )
     if c.problems:
         raise PolicyError(source, c.problems)

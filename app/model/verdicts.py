@@ -44,7 +44,15 @@ import orjson
 
 from app.model.annotations import HOT_VALUE_VALID_SECONDS, fresh
 from app.model.ledger import Ledger
-from app.model.load import MAX_EXTENDER_SCORE, Rejection, check_node, pod_slope, projected_load, score_node
+from app.model.load import (
+    MAX_EXTENDER_SCORE,
+    Rejection,
+    check_node,
+    pod_slope,
+    priority_plan,
+    projected_load,
+    score_node,
+)
 from app.model.nodestate import NodeLoad
 from app.model.policy import Policy
 
@@ -76,7 +84,8 @@ class Check:
 
     metric: str
     resource: int
-    """0 cpu, 1 memory, 2 neither (no estimate applies: only the measured value counts)."""
+    """0 cpu, 1 memory, 2 neither (no estimate applies: only the measured value counts), 3 no fresh value
+    under ``onMissing: reject`` (always rejects)."""
     room: float
     value: float
     units: int
@@ -97,18 +106,19 @@ class Derived:
     checks: tuple[Check, ...] = ()
     projection: tuple[float | None, float, float] = (None, 0.0, 0.0)
     """(projected load with the node's estimates, its growth per millicore, per byte)."""
+    prod_checks: tuple[Check, ...] = ()
+    """The checks against the node's prod limits (the same tuple when prod changes nothing here)."""
 
 
-def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
-    """The node's standing verdict and score at ``now``, and until when they hold."""
-    estimates, units, extra = ledger.standing(load, now)  # one read: the expiry below shares it
-    blocked = check_node(load, policy, now, extra) is not None
-    score = score_node(load, policy, now, extra).score
-    projection = (projected_load(load, policy, now, extra), *pod_slope(load, policy, now))
+def _checks(
+    load: NodeLoad, plan, missing, units: dict[str, int], now: float, rooms: dict[str, float] | None
+) -> tuple[tuple[Check, ...], float]:
+    """The fresh predicates of ``plan`` as checks (then one always-rejecting check per ``missing``
+    predicate without a fresh value), and the earliest expiry among them. ``rooms`` gets the tightest
+    room per resource."""
     until = math.inf
-    rooms = {"cpu": math.inf, "memory": math.inf}
     checks = []
-    for name, limit, valid, resource in policy.predicate_plan:
+    for name, limit, valid, resource in plan:
         sample = fresh(load.samples.get(name), valid, now)
         if sample is None:
             continue
@@ -117,10 +127,29 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
         index = _RESOURCE_INDEX.get(resource, 2) if alloc else 2
         counted = units.get(name, 0) if index < 2 else 0
         room = (limit - sample.value) * alloc - counted if index < 2 and alloc else math.inf
-        if index < 2:
+        if index < 2 and rooms is not None:
             rooms[resource] = min(rooms[resource], room)
         checks.append(Check(name, index, room, sample.value, counted, limit, sample.timestamp, alloc or 0))
-    for name, _weight, valid, _resource in policy.priority_plan:
+    for name, valid in missing:
+        if fresh(load.samples.get(name), valid, now) is None:
+            checks.append(Check(name, 3, -math.inf, 0.0, 0, 0.0, now, 0))
+    return tuple(checks), until
+
+
+def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
+    """The node's standing verdict and score at ``now``, and until when they hold."""
+    estimates, units, extra = ledger.standing(load, now)  # one read: the expiry below shares it
+    limits = load.limits or policy.limits
+    blocked = check_node(load, policy, now, extra) is not None
+    score = score_node(load, policy, now, extra).score
+    projection = (projected_load(load, policy, now, extra), *pod_slope(load, policy, now))
+    rooms = {"cpu": math.inf, "memory": math.inf}
+    checks, until = _checks(load, limits.predicate_plan, limits.missing_plan, units, now, rooms)
+    prod_checks = checks
+    if limits.prod_plan is not limits.predicate_plan or limits.prod_missing_plan is not limits.missing_plan:
+        prod_checks, prod_until = _checks(load, limits.prod_plan, limits.prod_missing_plan, units, now, None)
+        until = min(until, prod_until)
+    for name, _weight, valid, _resource in priority_plan(load, policy):
         sample = fresh(load.samples.get(name), valid, now)
         if sample is not None:
             until = min(until, sample.expires_at(valid))
@@ -130,7 +159,17 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
     for e in estimates:
         ttl = policy.estimation.tentative_ttl if e.tentative else ledger.shortest_ttl
         until = min(until, e.at + ttl)
-    return Derived(load, until, rooms["cpu"], rooms["memory"], blocked, score, tuple(checks), projection)
+    return Derived(
+        load,
+        until,
+        rooms["cpu"],
+        rooms["memory"],
+        blocked,
+        score,
+        checks,
+        projection,
+        prod_checks,
+    )
 
 
 def fragments(name: str) -> tuple[bytes, ...]:
@@ -138,10 +177,14 @@ def fragments(name: str) -> tuple[bytes, ...]:
     return tuple(orjson.dumps({"Host": name, "Score": n}) for n in range(MAX_EXTENDER_SCORE + 1))
 
 
-def judge(d: Derived, cpu_milli: int, memory_bytes: int, now: float) -> Rejection | object | None:
+def judge(
+    d: Derived, cpu_milli: int, memory_bytes: int, now: float, prod: bool = False
+) -> Rejection | object | None:
     """``check_node`` for a pod of this size, from the precomputed checks: the same predicate order,
     the same verdict and reason; ``UNSURE`` when the margin is within float noise."""
-    for c in d.checks:
+    for c in d.prod_checks if prod else d.checks:
+        if c.resource == 3:
+            return Rejection(c.metric, 0.0, 0.0, 0.0, 0.0, missing=True)
         if c.resource == 2:
             if c.value > c.limit:
                 return Rejection(c.metric, c.value, 0.0, c.limit, now - c.timestamp)
@@ -197,18 +240,18 @@ class VerdictBoard:
         self.next_until = math.inf
         self.generation = 0
         """Counts node recomputations; a request compares it before and after to know none happened."""
-        self._memos: dict[tuple[int, int, int], VerdictMemo] = {}
+        self._memos: dict[tuple[int, int, int, bool], VerdictMemo] = {}
         self._memo_second = -1
         self._pending: set[str] = set()
         """Nodes changed by ``defer``, recomputed at the next ``settle`` or ``refresh``."""
 
-    def memo(self, cpu_milli: int, memory_bytes: int, second: int) -> VerdictMemo:
-        """The memo of verdicts for a pod of this size in this second (empty the first time)."""
+    def memo(self, cpu_milli: int, memory_bytes: int, second: int, prod: bool = False) -> VerdictMemo:
+        """The memo of verdicts for a pod of this size (and class) in this second (empty the first time)."""
         if second != self._memo_second or len(self._memos) >= _MAX_MEMOS:
             with self._lock:
                 self._memos = {}
                 self._memo_second = second
-        key = (cpu_milli, memory_bytes, second)
+        key = (cpu_milli, memory_bytes, second, prod)
         memo = self._memos.get(key)
         if memo is None:
             memo = self._memos.setdefault(key, VerdictMemo({}, set()))
@@ -345,16 +388,18 @@ def filter_names(
     now: float,
     own: str | None,
     exact_check: Callable[[str], Rejection | None],
+    prod: bool = False,
 ) -> tuple[list[str], dict[str, str], Counter[str]]:
     """Names-mode filter from the board for a pod estimated at ``cpu`` millicores and ``mem`` bytes:
     non-tight nodes pass at the cost of a set lookup, tight ones are judged from precomputed rooms, and
     only ``own`` (the node holding the pod's own estimate), nodes the board lacks and float ties take
     ``exact_check`` (``check_node`` with the pod's estimate). Same verdicts and reasons as ``check_node``
     (tests compare). Returns the passing names in request order, the failed ones with their reasons,
-    and how many each metric rejected."""
+    and how many each metric label rejected (``Rejection.label``). A ``prod`` pod is judged against the
+    nodes' prod limits, every named node from its precomputed checks (the tiers hold batch rooms)."""
     board.refresh(now)
     cpu_tier, mem_tier = tier(cpu, CPU_TIERS), tier(mem, MEMORY_TIERS)
-    small = cpu_tier is not None and mem_tier is not None
+    small = cpu_tier is not None and mem_tier is not None and not prod
     blocked = board.blocked
     tight_cpu = board.tight_cpu[cpu_tier] if cpu_tier is not None else blocked
     tight_mem = board.tight_memory[mem_tier] if mem_tier is not None else blocked
@@ -373,7 +418,7 @@ def filter_names(
         checked = set(names)
     # Verdicts already worked out this second for a pod of this size (the watch thread may drop
     # entries meanwhile: read each once, and whatever is gone is worked out again).
-    memo = board.memo(cpu, mem, round(now))
+    memo = board.memo(cpu, mem, round(now), prod)
     generation = board.generation
     entries = memo.failed
     known = entries.keys() & checked
@@ -389,7 +434,7 @@ def filter_names(
     for name in todo:
         d = derived.get(name)
         exact = d is None or name in special
-        verdict = UNSURE if exact else judge(d, cpu, mem, now)
+        verdict = UNSURE if exact else judge(d, cpu, mem, now, prod)
         if verdict is UNSURE:
             verdict = exact_check(name)
         if verdict is None:
@@ -398,9 +443,9 @@ def filter_names(
             continue
         assert isinstance(verdict, Rejection)
         failed[name] = verdict.reason
-        rejected_by[verdict.metric] += 1
+        rejected_by[verdict.label] += 1
         if not exact:
-            new_failed[name] = (verdict.reason, verdict.metric)
+            new_failed[name] = (verdict.reason, verdict.label)
     if new_failed or new_passed:
         board.record(memo, generation, new_failed, new_passed)
     passing = list(filterfalse(failed.__contains__, names)) if failed else list(names)

@@ -35,9 +35,10 @@ async def nodes(request: Request) -> JSONBytes:
     names = ext.known_names()
     views = [_view(ext, load, now) for n in names if (load := ext.known_node(n)) is not None]
     rank_views(views, ext.store.current)
-    head: dict[str, object] = {"source": "cache"}
+    head: dict[str, object] = {"source": "cache", "mode": ext.store.current.mode}
     if ext.source is None:
         head = {
+            "mode": ext.store.current.mode,
             "source": "requests",
             "remembered": {
                 "from": "whole-node requests",

@@ -101,20 +101,32 @@ def test_shadow_placement_is_the_schedulers_own_and_the_counters_say_what_ballas
     # The scheduler's own plugins spread equal pods over equal nodes: the node Ballast would reject gets
     # its share (a quarter, give or take the scheduler's tie-breaks), as it would without Ballast.
     assert per_node["hot"] >= 2, per_node
-    # ... and the counters record what Ballast would have done.
-    assert shadow.sample("ballast_extender_shadow_would_reject_total", metric="cpu_usage_avg_5m") >= len(
-        names
-    )
+    # ... and the counters record what Ballast would have done. kube-scheduler may reuse one pod's
+    # answers for the next identical pod (opportunistic batching), so count against the calls it made:
+    # every filter call carried the hot node, and Ballast would have rejected it once per call.
+    filters = shadow.sample("ballast_extender_requests_total", verb="filter", code="200")
+    prioritizes = shadow.sample("ballast_extender_requests_total", verb="prioritize", code="200")
+    print(f"placed {dict(per_node)}, {filters:g} filter and {prioritizes:g} prioritize calls")
+    assert filters >= 1 and prioritizes >= 1
+    would = shadow.sample("ballast_extender_shadow_would_reject_total", metric="cpu_usage_avg_5m")
+    assert would == filters
     assert shadow.sample("ballast_extender_nodes_rejected_total") == 0
+    # every pod Ballast scored is compared once it is bound (a pod scored twice, after a failed attempt,
+    # is compared once)
     wait_until(
-        lambda: shadow.sample("ballast_extender_shadow_choices_total") == len(names),
+        lambda: shadow.sample("ballast_extender_shadow_choices_total") in (prioritizes, len(names)),
         None,
-        "every placed pod compared with Ballast's choice",
+        "every scored pod compared with Ballast's choice",
     )
+    choices = shadow.sample("ballast_extender_shadow_choices_total")
+    assert shadow.sample("ballast_extender_shadow_chosen_load_excess_count") == choices
     disagreed = shadow.sample("ballast_extender_shadow_choices_total", agreed="false")
-    assert disagreed >= per_node["hot"]  # Ballast never favours the hot node
-    assert shadow.sample("ballast_extender_shadow_chosen_load_excess_count") == len(names)
-    assert shadow.sample("ballast_extender_shadow_chosen_load_excess_sum") >= per_node["hot"] * 0.5
+    excess = shadow.sample("ballast_extender_shadow_chosen_load_excess_sum")
+    # a disagreement is a pod on the hot node (0.9 against 0.1: some 0.8 more load) or a cool node other
+    # than Ballast's favourite (the same measured load: an excess of an estimate or so)
+    assert excess <= disagreed * 0.85
+    if choices == len(names):  # every pod was scored: each one on the hot node disagreed
+        assert disagreed >= per_node["hot"] and excess >= per_node["hot"] * 0.5
 
     # The operator flips to enforce (no restart): new pods avoid the hot node.
     shadow.policy.write_text(shadow.policy.read_text().replace("mode: shadow", "mode: enforce"))

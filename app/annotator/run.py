@@ -33,7 +33,6 @@ from typing import Any
 from app import __version__
 from app.annotator.bindings import BindingRecords
 from app.annotator.controller import Annotator, CycleReport, KubeNodeWriter, run_loop
-from app.annotator.leader import LeaderElector, default_identity
 from app.annotator.metrics import AnnotatorMetrics
 from app.annotator.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
 from app.annotator.schedule import Schedule
@@ -43,6 +42,7 @@ from app.model.policy import Policy, PolicyError, load_policy
 from app.model.policy_store import PolicyStore
 from common.health import HealthServer
 from common.kube import Kube, KubeConfigError, Reflector, load_api_client
+from common.leader import LeaderElector, default_identity
 
 __all__ = ["lease_namespace", "prometheus_config", "run"]
 

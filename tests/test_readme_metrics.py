@@ -1,4 +1,4 @@
-"""The README lists every metric the three programs export, and names none they do not."""
+"""The README lists every metric the programs export, and names none they do not."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from agent.metrics import CPUManagerMetrics
 from agent.publisher import PublisherMetrics
 from app.annotator.metrics import AnnotatorMetrics
 from app.extender.metrics import ExtenderMetrics
+from app.rebalancer.metrics import RebalancerMetrics
 from tests.conftest import ROOT
 
 
@@ -22,12 +23,18 @@ def test_every_exported_metric_is_documented_and_every_documented_one_exists() -
     agent = CollectorRegistry()
     CPUManagerMetrics(agent)
     PublisherMetrics(agent)
-    registries = (ExtenderMetrics().registry, AnnotatorMetrics().registry, agent)
+    registries = (
+        ExtenderMetrics().registry,
+        AnnotatorMetrics().registry,
+        RebalancerMetrics().registry,
+        agent,
+    )
     assert all(exported(r) for r in registries)
     code = set().union(*map(exported, registries))
     documented = set(
         re.findall(
-            r"\bballast_(?:extender|annotator|agent|policy)_[a-z0-9_]+", (ROOT / "README.md").read_text()
+            r"\bballast_(?:extender|annotator|rebalancer|agent|policy)_[a-z0-9_]+",
+            (ROOT / "README.md").read_text(),
         )
     )
     assert sorted(code - documented) == [], "exported but not in the README"

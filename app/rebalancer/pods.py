@@ -9,7 +9,7 @@ never evicted (``skip`` says why), since its estimate would be a guess.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +19,7 @@ from app.model.podinfo import PodInfo, pod_info
 from app.model.policy import Estimation
 from common.podspec import parse_pod
 
-__all__ = ["EVICT_ANNOTATION", "QOS_ORDER", "PodFacts", "pod_facts", "skip_reason"]
+__all__ = ["EVICT_ANNOTATION", "QOS_ORDER", "PodFacts", "pod_facts", "reestimate", "skip_reason"]
 
 EVICT_ANNOTATION = "ballast.io/evict"
 """``"false"`` keeps a pod where it is; the rebalancer never evicts it."""
@@ -63,6 +63,8 @@ class PodFacts:
     """The estimate (``app.model.estimation.estimate_usage``): what leaves a node with the pod."""
     cpu_request_milli: int
     memory_request_bytes: int
+    cpu_limit_milli: int
+    memory_limit_bytes: int
     node_selector: Mapping[str, str]
     affinity_terms: tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...] | None
     """Required node affinity as OR-ed terms of AND-ed (key, operator, values); ``None``: no affinity."""
@@ -169,6 +171,14 @@ def skip_reason(
     return None
 
 
+def reestimate(facts: PodFacts, est: Estimation) -> PodFacts:
+    """The same pod under another policy's estimation settings."""
+    info = PodInfo(facts.namespace, facts.name, facts.uid, False, facts.cpu_request_milli,
+                   facts.cpu_limit_milli, facts.memory_request_bytes, facts.memory_limit_bytes)  # fmt: skip
+    cpu, mem = estimate_usage(info, est)
+    return replace(facts, cpu_milli=cpu, memory_bytes=mem)
+
+
 def pod_facts(pod: Mapping[str, Any], est: Estimation) -> PodFacts:
     """Read one pod (as the API server sends it). Never raises."""
     meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
@@ -219,6 +229,8 @@ def pod_facts(pod: Mapping[str, Any], est: Estimation) -> PodFacts:
         memory_bytes=mem,
         cpu_request_milli=info.cpu_request_milli if info is not None else 0,
         memory_request_bytes=info.memory_request_bytes if info is not None else 0,
+        cpu_limit_milli=info.cpu_limit_milli if info is not None else 0,
+        memory_limit_bytes=info.memory_limit_bytes if info is not None else 0,
         node_selector={str(k): str(v) for k, v in selector.items()} if isinstance(selector, Mapping) else {},
         affinity_terms=_affinity(spec),
         tolerations=_tolerations(spec),

@@ -207,7 +207,7 @@ def test_containers_are_locked_down(w: dict[str, Any]) -> None:
     assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
 
 
-@pytest.mark.parametrize("name", ["ballast-scheduler", "ballast-annotator"])
+@pytest.mark.parametrize("name", ["ballast-scheduler", "ballast-annotator", "ballast-rebalancer"])
 def test_scheduler_and_annotator_meet_the_restricted_pod_security_standard(name: str) -> None:
     pod = get(DOCS, "Deployment", name)["spec"]["template"]["spec"]
     allowed_volumes = {"configMap", "secret", "emptyDir", "projected", "downwardAPI"}
@@ -318,7 +318,23 @@ def test_the_annotator_deployment_and_its_service() -> None:
     assert {p["containerPort"] for p in c["ports"]} == {args.metrics_port}
 
 
-@pytest.mark.parametrize("name", ["ballast-scheduler", "ballast-annotator"])
+def test_the_rebalancer_deployment_ships_safe_and_its_service() -> None:
+    """Dry run and leader election on, the policy from the shared ConfigMap (which has no spec.rebalance:
+    it idles until an operator adds one), never evicting itself."""
+    dep = get(DOCS, "Deployment", "ballast-rebalancer")
+    assert dep["spec"]["replicas"] == 2
+    template = dep["spec"]["template"]
+    assert template["metadata"]["annotations"]["ballast.io/evict"] == "false"
+    (c,) = template["spec"]["containers"]
+    args = cli.build_parser().parse_args(c["args"])
+    assert args.command == "rebalancer" and args.dry_run and args.leader_elect is not False
+    assert args.policy == "/etc/ballast/policy.yaml" and args.metrics_port == 8092
+    svc = get(DOCS, "Service", "ballast-rebalancer-metrics")
+    assert svc["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    assert {p["containerPort"] for p in c["ports"]} == {args.metrics_port}
+
+
+@pytest.mark.parametrize("name", ["ballast-scheduler", "ballast-annotator", "ballast-rebalancer"])
 def test_pod_disruption_budgets_keep_one_replica(name: str) -> None:
     pdb = get(DOCS, "PodDisruptionBudget", name)
     dep = get(DOCS, "Deployment", name)
@@ -332,7 +348,7 @@ def test_every_ballast_container_runs_a_valid_command_line() -> None:
         assert "command" not in c, f"{ident(w)}: the image's entry point (ballast) must stay"
         args = cli.build_parser().parse_args(c["args"])  # exits on an unknown flag or a bad value
         commands.add(args.command)
-    assert commands == {"extender", "annotator", "agent"}
+    assert commands == {"extender", "annotator", "rebalancer", "agent"}
 
 
 def test_rbac_objects_are_well_formed() -> None:
@@ -952,11 +968,11 @@ def test_the_operator_guide_has_no_local_paths() -> None:
 # ------------------------------------------------------------------------------------ network policies
 
 
-def test_network_policies_admit_only_the_metrics_ports_of_the_annotator_and_the_agent() -> None:
+def test_network_policies_admit_only_the_metrics_ports_of_the_annotator_agent_and_rebalancer() -> None:
     docs = [d for d in yaml.safe_load_all((DEPLOY / "network-policy.yaml").read_text()) if d]
     workloads = {
         d["metadata"]["name"]: d
-        for p in (DEPLOY / "annotator.yaml", DEPLOY / "agent.yaml")
+        for p in (DEPLOY / "annotator.yaml", DEPLOY / "agent.yaml", DEPLOY / "rebalancer.yaml")
         for d in yaml.safe_load_all(p.read_text())
         if d and d["kind"] in ("Deployment", "DaemonSet")
     }
@@ -983,4 +999,4 @@ def test_network_policies_admit_only_the_metrics_ports_of_the_annotator_and_the_
         assert allowed == ports, "exactly the metrics port, nothing more"
         assert all(rule.get("from") for rule in spec["ingress"]), "never from everywhere"
         covered.add(pod["metadata"]["name"])
-    assert len(covered) == 2
+    assert len(covered) == 3

@@ -31,6 +31,7 @@ bench: install-test
 	$(BIN)/python -m bench.extender_bench
 	$(BIN)/python -m bench.names_bench
 	$(BIN)/python -m bench.annotator_bench
+	$(BIN)/python -m bench.rebalancer_bench
 	$(BIN)/python -m bench.cpu_assignment_bench
 	$(BIN)/python -m bench.reconcile_bench
 	$(BIN)/python -m bench.cluster_bench

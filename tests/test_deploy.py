@@ -940,13 +940,13 @@ def _flags(command: str) -> set[str]:
 def test_every_ballast_flag_in_the_operator_guide_exists() -> None:
     text = OPERATORS.read_text()
     found = 0
-    for m in re.finditer(r"ballast (extender|annotator|agent)\b([^\n`|]*)", text):
+    for m in re.finditer(r"ballast (extender|annotator|rebalancer|agent)\b([^\n`|]*)", text):
         for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", m.group(2)):
             found += 1
             assert flag in _flags(m.group(1)) | {"--help"}, f"`ballast {m.group(1)} {flag}` does not exist"
     assert found >= 8, "the guide's ballast command lines were not found"
     for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", text):
-        known = _flags("extender") | _flags("annotator") | _flags("agent") | KUBE_FLAGS
+        known = _flags("extender") | _flags("annotator") | _flags("rebalancer") | _flags("agent") | KUBE_FLAGS
         assert flag in known, (
             f"{flag} is not a flag of ballast, kubectl or kube-scheduler that the guide uses"
         )

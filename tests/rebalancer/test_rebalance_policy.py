@@ -123,3 +123,17 @@ def test_limits_are_read() -> None:
     )  # fmt: skip
     assert s.limits == Limits(1, 3, 4, 2, 600.0, 0.5)
     assert s.excluded_namespaces == {"kube-system", "monitoring"} and s.evict_local_storage
+
+
+def test_the_documented_example_gives_the_documented_defaults() -> None:
+    """docs/rebalancer.md's policy block says its limits are the defaults: it parses to exactly them."""
+    import re
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "rebalancer.md").read_text()
+    (block,) = [b for b in re.findall(r"^```yaml\n(.*?)^```", text, flags=re.M | re.S) if "rebalance:" in b]
+    s = rebalance_settings(parse_policy(block))
+    assert s is not None and s.limits == Limits()
+    assert (s.consecutive_abnormal, s.consecutive_normal, s.evict_local_storage) == (5, 3, False)
+    assert s.excluded_namespaces == {"kube-system"}

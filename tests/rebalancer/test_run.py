@@ -251,3 +251,44 @@ def test_run_mode_watches_reloads_and_reports(fake_kube: FakeKube, kubeconfig: P
         stop.set()
         thread.join(15)
     assert code == [0]
+
+
+def test_a_watch_that_is_down_aborts_cycles_before_any_eviction(
+    fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    seed(fake_kube)
+    fake_kube.patch("nodes", "hot", {"metadata": {"annotations": {"cpu_usage_avg_5m": f"0.5,{stamp()}"}}})
+    port = free_port()
+    path = policy_file(tmp_path, consecutiveAbnormal=1)
+    args = parse("--policy", str(path), "--kubeconfig", str(kubeconfig), "--interval", "100ms",
+                 "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+                 "--no-leader-elect")  # fmt: skip
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: run(args, stop=stop), daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: get(f"{base}/readyz")[0] == 200, 20, "ready")
+        # the pods watch goes down (and stays down), then the node turns hot
+        fake_kube.fail_next("GET", "^/api/v1/pods$", 500, count=None)
+        assert fake_kube.drop_watches("pods") >= 1
+        wait_for(lambda: "the pods watch is down" in json.loads(get(f"{base}/rebalance")[1])["note"], 20,
+                 "cycles aborted")  # fmt: skip
+        fake_kube.patch(
+            "nodes", "hot", {"metadata": {"annotations": {"cpu_usage_avg_5m": f"0.99,{stamp()}"}}}
+        )
+        time.sleep(1.0)
+        assert not fake_kube.find_requests("POST", "/eviction")
+        assert "aborted before any eviction" in json.loads(get(f"{base}/rebalance")[1])["note"]
+        # back up: the next cycle acts
+        fake_kube.clear_injections()
+        wait_for(
+            lambda: fake_kube.find_requests("POST", "/eviction"), 30, "an eviction once the watch is back"
+        )
+    finally:
+        stop.set()
+        thread.join(15)
+
+
+def stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

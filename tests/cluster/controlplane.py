@@ -622,14 +622,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("unpack", help="unpack and verify the binaries; print the folder holding them")
-    sub.add_parser("check", help="unpack, and check etcd and openssl too; print what is missing")
+    sub.add_parser(
+        "check", help="unpack (kube-controller-manager too), check etcd and openssl; print what is missing"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "unpack":
             print(kube_bin_dir())
         else:
             check_available()
-            print(f"ok: {kube_bin_dir()}, {etcd_path()}, {openssl_path()}")
+            print(f"ok: {kube_bin_dir()}, {controller_manager_path()}, {etcd_path()}, {openssl_path()}")
     except MissingPiece as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

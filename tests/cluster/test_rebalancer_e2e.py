@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.controlplane import (
     ControlPlane,
+    MissingPiece,
     Server,
     create_nodes,
     free_port,
@@ -38,6 +39,7 @@ from tests.cluster.controlplane import (
     wait_until,
 )
 from tests.cluster.test_extender_e2e import SCHEDULER, Extender, ballast  # noqa: F401 (a fixture)
+from tests.conftest import missing_part
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +111,10 @@ class Rebalancer:
 def kcm(cluster: ControlPlane) -> Iterator[ControlPlane]:
     """The control plane with kube-controller-manager; afterwards the workloads go first (orphaning their
     pods), so the ``cluster`` fixture's cleanup is not fought by a ReplicaSet recreating what it deletes."""
-    cluster.start_controller_manager()
+    try:
+        cluster.start_controller_manager()
+    except MissingPiece as exc:
+        missing_part(str(exc))
     try:
         yield cluster
     finally:

@@ -292,3 +292,37 @@ def test_a_watch_that_is_down_aborts_cycles_before_any_eviction(
 
 def stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def test_two_replicas_only_the_lease_holder_acts(
+    fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    seed(fake_kube)
+    path = policy_file(tmp_path, consecutiveAbnormal=1)
+    stops, threads, ports = [], [], []
+    for name in ("one", "two"):
+        port = free_port()
+        args = parse("--policy", str(path), "--kubeconfig", str(kubeconfig), "--interval", "100ms",
+                     "--dry-run", "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+                     "--identity", name, "--lease-namespace", "default", "--lease-duration", "2s",
+                     "--renew-deadline", "1500ms", "--retry-period", "250ms")  # fmt: skip
+        stop = threading.Event()
+        thread = threading.Thread(target=lambda a=args, s=stop: run(a, stop=s), daemon=True)
+        thread.start()
+        stops.append(stop)
+        threads.append(thread)
+        ports.append(port)
+    try:
+        wait_for(lambda: len(fake_kube.list("events")) >= 2, 20, "the leader's dry-run events")
+        time.sleep(0.5)
+        views = [json.loads(get(f"http://127.0.0.1:{p}/rebalance")[1]) for p in ports]
+        leaders = [v["identity"] for v in views if v["leader"]]
+        assert len(leaders) == 1
+        (standby,) = [v for v in views if not v["leader"]]
+        assert standby["note"].startswith("standby") and standby["lastCycle"] is None
+        assert {e["reportingInstance"] for e in fake_kube.list("events")} == set(leaders)
+    finally:
+        for stop in stops:
+            stop.set()
+        for thread in threads:
+            thread.join(15)

@@ -6,9 +6,9 @@ Set-up: the production caches (``NodeCache``, ``PodCache``) filled the way the w
 ``replace`` with the listed objects), the shipped policy with a ``spec.rebalance`` (cpu high 0.80, low
 0.45, ``consecutiveAbnormal: 1`` so the measured cycle acts), and the production ``Rebalancer`` with a
 recording API double that answers every eviction and Event with success (no API server, so the
-numbers are the rebalancer's own work; the pace between evictions is not slept). Nodes: 8 CPUs; 5 % hot
-(0.85 to 0.99), 40 % cool (0.10 to 0.40), the rest normal; pods of 100m to 1 CPU, each with its own
-ReplicaSet owner.
+numbers are the rebalancer's own work; the pace between evictions is not slept). Nodes: 16 CPUs; 5 % hot
+(0.85 to 0.99), 40 % cool (0.10 to 0.40), the rest normal; pods of 100m to 500m CPU (their requests fit
+allocatable at 40 a node), each with its own ReplicaSet owner.
 
 Rows: the list-and-parse cost a watch pays once at start and every resync (not per cycle), then one cycle
 with the default limits (10 evictions) and one with ``perCycle: 1000`` (every hot node takes its two
@@ -88,10 +88,10 @@ def cluster(nodes: int, per_node: int, seed: int = 7) -> tuple[list[dict], list[
                          "annotations": {"cpu_usage_avg_5m": format_load(load, stamp),
                                          "mem_usage_avg_5m": format_load(0.3, stamp)}},
             "spec": {},
-            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
+            "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}},
         })  # fmt: skip
         for j in range(per_node):
-            cpu = rnd.choice(("100m", "250m", "500m", "1"))
+            cpu = rnd.choice(("100m", "250m", "500m"))
             pod_objs.append({
                 "metadata": {"name": f"p-{i}-{j}", "namespace": f"ns-{j % 20}", "uid": f"u-{i}-{j}",
                              "creationTimestamp": "2026-01-01T00:00:00Z",

@@ -36,6 +36,13 @@ from app.rebalancer.victims import excess, order_key, relief, split
 __all__ = ["Choice", "NodePlan", "Plan", "plan_cycle"]
 
 EVICT, NO_FIT, LIMITED, SKIPPED, WAITING = "evict", "no_fit", "limited", "skipped", "waiting"
+TARGETS_PER_CANDIDATE = 256
+"""Cool nodes a candidate is tried on, coolest first: the cost of a pod that fits nowhere stays bounded
+in a cluster with thousands of cool nodes (the coolest 256 are where a move helps most anyway)."""
+NO_FIT_PER_NODE = 5
+"""Candidates of one hot node that fit nowhere before its turn ends for this cycle (the next cycle tries
+again): when five pods fit on no cool node, the rest rarely do, and checking them all costs
+candidates x cool nodes."""
 
 
 def _iso(when: float) -> str:
@@ -141,6 +148,9 @@ class _Targets:
             (projected_load(nodes[n].load, policy, now) or 0.0, n) for n in names
         )
         self.built: dict[str, Target] = {}
+        self.no_fit: dict[tuple[Any, ...], list[str]] = {}
+        """Pod shapes that fit nowhere this cycle, with the reasons: reservations only ever fill targets,
+        so within a cycle a shape that fits nowhere never will."""
 
     def get(self, name: str) -> Target:
         t = self.built.get(name)
@@ -157,6 +167,14 @@ class _Targets:
         bisect.insort(self.order, (key, name))
 
 
+def _shape(pod: PodFacts) -> tuple[Any, ...]:
+    """What the fit check reads of a pod: two pods of one shape fit on the same nodes."""
+    return (
+        pod.cpu_request_milli, pod.memory_request_bytes, pod.cpu_milli, pod.memory_bytes,
+        tuple(sorted(pod.node_selector.items())), pod.affinity_terms, pod.tolerations,
+    )  # fmt: skip
+
+
 def _find_target(
     pod: PodFacts,
     targets: _Targets,
@@ -165,14 +183,18 @@ def _find_target(
     plan: Any,
     now: float,
 ) -> tuple[Target | None, list[str]]:
+    shape = _shape(pod)
+    if (known := targets.no_fit.get(shape)) is not None:
+        return None, known
     reasons: list[str] = []
-    for _, name in list(targets.order):
+    for _, name in targets.order[:TARGETS_PER_CANDIDATE]:
         t = targets.get(name)
         why = why_not(pod, t, policy, settings, plan, now)
         if why is None:
             return t, reasons
         if len(reasons) < 3:
             reasons.append(f"{name}: {why}")
+    targets.no_fit[shape] = reasons
     return None, reasons
 
 
@@ -242,6 +264,7 @@ def plan_cycle(
             continue
         projected = {h.metric: h.value for h in reading.hot}
         remaining = list(candidates)
+        misses = 0
         while remaining:
             over = excess(projected, reading.hot)
             if not over:
@@ -258,6 +281,10 @@ def plan_cycle(
             if target is None:
                 detail = "; ".join(reasons) if reasons else "no cool node"
                 node.candidates.append(Choice(pod, NO_FIT, f"fits on no cool node ({detail})"))
+                misses += 1
+                if misses >= NO_FIT_PER_NODE:
+                    node.status = f"stopped: {misses} candidates fit on no cool node (tried again next cycle)"
+                    break
                 continue
             target.reserve(pod, now)
             targets.moved(target.node.name, target.standing(policy, mplan, now))

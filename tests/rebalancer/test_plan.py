@@ -187,3 +187,22 @@ def test_the_view_says_why() -> None:
     by_pod = {c["pod"]: c for c in watched["candidates"]}
     assert by_pod["default/a"]["outcome"] == "evict" and by_pod["default/a"]["target"] == "cool"
     assert by_pod["default/ds"]["outcome"] == "skipped" and "DaemonSet" in by_pod["default/ds"]["why"]
+
+
+def test_the_cost_of_pods_that_fit_nowhere_is_bounded(monkeypatch) -> None:
+    """Eight candidates of one shape that fit nowhere (a nodeSelector no cool node matches): the cool
+    nodes are checked once for the shape, and the node's turn ends after five misses."""
+    import app.rebalancer.plan as plan_module
+
+    calls = []
+    real = plan_module.why_not
+    monkeypatch.setattr(plan_module, "why_not", lambda *a: calls.append(a[1].node.name) or real(*a))
+    pods = [
+        pod(f"p{i}", "hot", cpu="500m", owner_name=f"o{i}", node_selector={"disk": "ssd"}) for i in range(8)
+    ]
+    plan = run([node("hot", 0.99), *[node(f"cool{i}", 0.1) for i in range(4)]], pods)
+    (hot,) = [n for n in plan.nodes if n.name == "hot"]
+    assert [c.outcome for c in hot.candidates] == ["no_fit"] * 5
+    assert hot.status.startswith("stopped: 5 candidates fit on no cool node")
+    assert "nodeSelector disk=ssd does not match" in hot.candidates[4].why
+    assert len(calls) == 4  # the one acting cycle (the third) checks the four cool nodes once for the shape

@@ -24,10 +24,11 @@ __all__ = ["EVICT_ANNOTATION", "QOS_ORDER", "PodFacts", "pod_facts", "reestimate
 EVICT_ANNOTATION = "ballast.io/evict"
 """``"false"`` keeps a pod where it is; the rebalancer never evicts it."""
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-RECREATING_OWNERS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController", "Job"})
-"""Controllers that create a replacement when their pod is evicted. Not DaemonSet (its pod would come back
-on the same node), not bare pods (nothing brings them back), not unknown custom owners (an operator's
-controller may or may not recreate: keep its pods unless the owner is one of these)."""
+RECREATING_OWNERS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController"})
+"""Controllers that create a replacement when their pod is evicted, with nothing lost but the restart. Not
+DaemonSet (its pod would come back on the same node), not bare pods (nothing brings them back), not Job
+(the replacement starts the work over, and an eviction may count against the Job's backoffLimit), not
+unknown custom owners (an operator's controller may or may not recreate: keep its pods)."""
 QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
 """Victim order: BestEffort pods go first, Guaranteed last (the kubelet's eviction order)."""
 LOCAL_VOLUMES = ("emptyDir", "hostPath")

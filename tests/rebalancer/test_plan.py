@@ -75,12 +75,13 @@ def test_who_may_never_go() -> None:
         pod("gone", "hot", deletionTimestamp="2026-01-01T00:00:00Z"),
         pod("ok", "hot"),
         pod("sts", "hot", owner="StatefulSet"),
+        pod("job", "hot", owner="Job"),
     )
     candidates, skipped = split(pods, s)
     assert [c.name for c in candidates] == ["ok", "sts"]
     why = {f.name: w for f, w in skipped}
     assert "DaemonSet" in why["ds"] and "nothing would recreate" in why["bare"]
-    assert "FooSet" in why["custom"] and "ballast.io/evict" in why["optout"]
+    assert "FooSet" in why["custom"] and "ballast.io/evict" in why["optout"] and "Job" in why["job"]
     assert "mirror" in why["mirror"] and "kube-system" in why["sys"]
     assert "local storage" in why["local"] and "terminating" in why["gone"]
     _, s2 = policy(evictLocalStorage=True, excludedNamespaces=[])

@@ -118,8 +118,9 @@ def kcm(cluster: ControlPlane) -> Iterator[ControlPlane]:
     try:
         yield cluster
     finally:
+        # orphaning needs the garbage collector (in kube-controller-manager): wait for it before stopping it
         cluster.kubectl("delete", "deployment,replicaset,poddisruptionbudget", "--all", "-n", NS,
-                        "--cascade=orphan", "--wait=false", check=False)  # fmt: skip
+                        "--cascade=orphan", "--timeout=120s", check=False)  # fmt: skip
         cluster.stop_controller_manager()
 
 

@@ -1,4 +1,4 @@
-"""``ballast``: one command, a subcommand per program (extender, annotator, agent)."""
+"""``ballast``: one command, a subcommand per program (extender, annotator, rebalancer, agent)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from agent import cli as agent_cli
 from app import __version__
 from app.annotator import cli as annotator_cli
 from app.extender import cli as extender_cli
+from app.rebalancer import cli as rebalancer_cli
 from common.logs import setup_logging
 
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     extender_cli.register(sub)
     annotator_cli.register(sub)
+    rebalancer_cli.register(sub)
     agent_cli.register(sub)
     return parser
 

@@ -46,6 +46,7 @@ BENCHES = (
     Bench("extender_bench"),
     Bench("names_bench"),
     Bench("annotator_bench", (prometheus,)),
+    Bench("rebalancer_bench"),
     Bench("cpu_assignment_bench"),
     Bench("reconcile_bench"),
     Bench("cluster_bench", (control_plane,)),

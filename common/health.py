@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -43,7 +43,11 @@ class HealthServer:
         ready: Probe,
         healthy: Probe = serving,
         name: str = "health",
+        pages: Mapping[str, Callable[[], bytes]] | None = None,
     ) -> None:
+        """``pages``: more read-only JSON endpoints by path (the rebalancer's ``/rebalance``)."""
+        extra = dict(pages or {})
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
@@ -52,8 +56,11 @@ class HealthServer:
                     self._send(200 if ok else 503, (why or "ok").encode() + b"\n")
                 elif path == "/metrics":
                     self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                elif path in extra:
+                    self._send(200, extra[path](), "application/json")
                 else:
-                    self._send(404, b"not found: try /healthz, /readyz or /metrics\n")
+                    known = ", ".join(["/healthz", "/readyz", "/metrics", *extra])
+                    self._send(404, f"not found: try {known}\n".encode())
 
             def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
                 self.send_response(code)

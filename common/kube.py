@@ -284,6 +284,9 @@ class Reflector:
         self.optional = optional
         """A missing collection (404, e.g. a CRD not installed) counts as empty, and is retried."""
         self.missing = False
+        self.failing = ""
+        """The last error while the list or watch is down; empty once a list or a watch succeeds again
+        (a consumer that must not act on stale data, the rebalancer, waits while it is set)."""
         self.synced = threading.Event()
         self.stats = ReflectorStats()
         self._stop = threading.Event()
@@ -314,6 +317,7 @@ class Reflector:
             self.missing = False
         self.handler.replace(items, rv)
         self.resource_version = rv
+        self.failing = ""
         self.stats.lists += 1
         self.synced.set()
         log.debug("%s: listed %d objects at resourceVersion %s", self.name, len(items), rv)
@@ -364,6 +368,7 @@ class Reflector:
     def _failed(self, exc: Exception, backoff: float) -> float:
         self.stats.errors += 1
         self.stats.last_error = str(exc)
+        self.failing = str(exc) or type(exc).__name__
         delay = backoff * (0.5 + random.random())
         log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.name, exc, delay)
         self._stop.wait(delay)
@@ -391,6 +396,7 @@ class Reflector:
 
         def opened(resp: Any) -> None:
             self._response = resp
+            self.failing = ""
 
         try:
             for event in self.kube.watch(self.path, params, timeout, self._stop, on_open=opened):

@@ -25,11 +25,17 @@ def test_missing_parts_are_named_and_the_other_benches_run(
 ) -> None:
     ran: list[str] = []
     assert runner.run_all(runner.BENCHES, run=lambda m: ran.append(m) or 0) == 0
-    assert ran == ["extender_bench", "names_bench", "cpu_assignment_bench", "reconcile_bench"]
+    assert ran == [
+        "extender_bench",
+        "names_bench",
+        "rebalancer_bench",
+        "cpu_assignment_bench",
+        "reconcile_bench",
+    ]
     out = capsys.readouterr().out
     assert "prometheus and promtool not on PATH" in out
     assert out.count("BALLAST_KUBE_BIN=") == 2  # cluster_bench and burst_bench each say why
-    assert "4 of 7 benches ran; not run: annotator_bench, cluster_bench, burst_bench" in out
+    assert "5 of 8 benches ran; not run: annotator_bench, cluster_bench, burst_bench" in out
     assert "Traceback" not in out
 
 

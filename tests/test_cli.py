@@ -73,7 +73,7 @@ def test_extender_duration_defaults_are_seconds() -> None:
         build_parser().parse_args(["extender", "--policy", "p.yaml", "--policy-poll", "2 days"])
 
 
-@pytest.mark.parametrize("command", ["extender", "annotator", "agent"])
+@pytest.mark.parametrize("command", ["extender", "annotator", "rebalancer", "agent"])
 def test_help_shows_each_default_once_and_no_none(command: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "ballast", command, "--help"], capture_output=True, text=True, check=True

@@ -207,7 +207,7 @@ def test_containers_are_locked_down(w: dict[str, Any]) -> None:
     assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
 
 
-@pytest.mark.parametrize("name", ["ballast-scheduler", "ballast-annotator"])
+@pytest.mark.parametrize("name", ["ballast-scheduler", "ballast-annotator", "ballast-rebalancer"])
 def test_scheduler_and_annotator_meet_the_restricted_pod_security_standard(name: str) -> None:
     pod = get(DOCS, "Deployment", name)["spec"]["template"]["spec"]
     allowed_volumes = {"configMap", "secret", "emptyDir", "projected", "downwardAPI"}
@@ -319,7 +319,23 @@ def test_the_annotator_deployment_and_its_service() -> None:
     assert {p["containerPort"] for p in c["ports"]} == {args.metrics_port}
 
 
-@pytest.mark.parametrize("name", ["ballast-scheduler", "ballast-annotator"])
+def test_the_rebalancer_deployment_ships_safe_and_its_service() -> None:
+    """Dry run and leader election on, the policy from the shared ConfigMap (which has no spec.rebalance:
+    it idles until an operator adds one), never evicting itself."""
+    dep = get(DOCS, "Deployment", "ballast-rebalancer")
+    assert dep["spec"]["replicas"] == 2
+    template = dep["spec"]["template"]
+    assert template["metadata"]["annotations"]["ballast.io/evict"] == "false"
+    (c,) = template["spec"]["containers"]
+    args = cli.build_parser().parse_args(c["args"])
+    assert args.command == "rebalancer" and args.dry_run and args.leader_elect is not False
+    assert args.policy == "/etc/ballast/policy.yaml" and args.metrics_port == 8092
+    svc = get(DOCS, "Service", "ballast-rebalancer-metrics")
+    assert svc["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    assert {p["containerPort"] for p in c["ports"]} == {args.metrics_port}
+
+
+@pytest.mark.parametrize("name", ["ballast-scheduler", "ballast-annotator", "ballast-rebalancer"])
 def test_pod_disruption_budgets_keep_one_replica(name: str) -> None:
     pdb = get(DOCS, "PodDisruptionBudget", name)
     dep = get(DOCS, "Deployment", name)
@@ -333,7 +349,7 @@ def test_every_ballast_container_runs_a_valid_command_line() -> None:
         assert "command" not in c, f"{ident(w)}: the image's entry point (ballast) must stay"
         args = cli.build_parser().parse_args(c["args"])  # exits on an unknown flag or a bad value
         commands.add(args.command)
-    assert commands == {"extender", "annotator", "agent"}
+    assert commands == {"extender", "annotator", "rebalancer", "agent"}
 
 
 def test_rbac_objects_are_well_formed() -> None:
@@ -462,9 +478,13 @@ def _scrapers(rendered: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
 
 
 def test_the_scrapers_namespace_is_one_install_choice(tmp_path: Path) -> None:
-    """kustomization.yaml's patch sets the namespace both NetworkPolicies admit, as the guide says."""
+    """kustomization.yaml's patch sets the namespace every NetworkPolicy admits, as the guide says."""
     only = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
-    assert _scrapers(render()) == {"ballast-annotator-metrics": [only], "ballast-agent-metrics": [only]}
+    assert _scrapers(render()) == {
+        "ballast-annotator-metrics": [only],
+        "ballast-agent-metrics": [only],
+        "ballast-rebalancer-metrics": [only],
+    }
     copy_dir = tmp_path / "deploy"
     shutil.copytree(DEPLOY, copy_dir)
     kustomization = copy_dir / "kustomization.yaml"
@@ -475,6 +495,7 @@ def test_the_scrapers_namespace_is_one_install_choice(tmp_path: Path) -> None:
     assert _scrapers(render(copy_dir)) == {
         "ballast-annotator-metrics": [other],
         "ballast-agent-metrics": [other],
+        "ballast-rebalancer-metrics": [other],
     }
     assert "value: monitoring" in OPERATORS.read_text(), "the install steps show where to set it"
 
@@ -1000,13 +1021,13 @@ def _flags(command: str) -> set[str]:
 def test_every_ballast_flag_in_the_operator_guide_exists() -> None:
     text = OPERATORS.read_text()
     found = 0
-    for m in re.finditer(r"ballast (extender|annotator|agent)\b([^\n`|]*)", text):
+    for m in re.finditer(r"ballast (extender|annotator|rebalancer|agent)\b([^\n`|]*)", text):
         for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", m.group(2)):
             found += 1
             assert flag in _flags(m.group(1)) | {"--help"}, f"`ballast {m.group(1)} {flag}` does not exist"
     assert found >= 8, "the guide's ballast command lines were not found"
     for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", text):
-        known = _flags("extender") | _flags("annotator") | _flags("agent") | KUBE_FLAGS
+        known = _flags("extender") | _flags("annotator") | _flags("rebalancer") | _flags("agent") | KUBE_FLAGS
         assert flag in known, (
             f"{flag} is not a flag of ballast, kubectl or kube-scheduler that the guide uses"
         )
@@ -1028,11 +1049,11 @@ def test_the_operator_guide_has_no_local_paths() -> None:
 # ------------------------------------------------------------------------------------ network policies
 
 
-def test_network_policies_admit_only_the_metrics_ports_of_the_annotator_and_the_agent() -> None:
+def test_network_policies_admit_only_the_metrics_ports_of_the_annotator_agent_and_rebalancer() -> None:
     docs = [d for d in yaml.safe_load_all((DEPLOY / "network-policy.yaml").read_text()) if d]
     workloads = {
         d["metadata"]["name"]: d
-        for p in (DEPLOY / "annotator.yaml", DEPLOY / "agent.yaml")
+        for p in (DEPLOY / "annotator.yaml", DEPLOY / "agent.yaml", DEPLOY / "rebalancer.yaml")
         for d in yaml.safe_load_all(p.read_text())
         if d and d["kind"] in ("Deployment", "DaemonSet")
     }
@@ -1059,4 +1080,4 @@ def test_network_policies_admit_only_the_metrics_ports_of_the_annotator_and_the_
         assert allowed == ports, "exactly the metrics port, nothing more"
         assert all(rule.get("from") for rule in spec["ingress"]), "never from everywhere"
         covered.add(pod["metadata"]["name"])
-    assert len(covered) == 2
+    assert len(covered) == 3

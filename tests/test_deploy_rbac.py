@@ -489,11 +489,81 @@ def test_agent_community_publishing_needs_the_optional_grant(
     assert used >= {"get", "create"}  # patch follows once the object exists and differs
 
 
+# ----------------------------------------------------------------------------------------- rebalancer
+
+
+def rebalancer_args(kubeconfig: Path, policy: Path, *extra: str) -> Any:
+    """The Deployment's own arguments (without --dry-run unless asked), pointed at the fake."""
+    c = ballast_container(
+        workload("Deployment", "ballast-rebalancer")["spec"]["template"]["spec"], "rebalancer"
+    )
+    args = [a for a in replace_flag(c["args"], "--policy", str(policy)) if a != "--dry-run"]
+    namespace, _ = service_account("Deployment", "ballast-rebalancer")
+    args += ["--kubeconfig", str(kubeconfig), "--lease-namespace", namespace, "--interval", "100ms",
+             "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "250ms",
+             "--metrics-port", "0", *extra]  # fmt: skip
+    return cli.build_parser().parse_args(args)
+
+
+def rebalancer_calls(fake: FakeKube, kubeconfig: Path, tmp_path: Path) -> set[ApiCall]:
+    """Run mode, real then dry, on the shipped policy with a spec.rebalance added, until each has made an
+    eviction call (real) or written an Event (dry). The fake answers evictions 404 (it does not serve the
+    subresource); what the authorizer sees is the call."""
+    import yaml
+
+    from app.rebalancer.run import run
+
+    policy = policy_file(tmp_path)
+    doc = yaml.safe_load(policy.read_text())
+    doc["spec"]["rebalance"] = {
+        "thresholds": [{"name": "cpu_usage_avg_5m", "high": 0.8, "low": 0.45}], "consecutiveAbnormal": 1,
+    }  # fmt: skip
+    policy.write_text(yaml.safe_dump(doc))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for name, load in (("hot", 0.95), ("cool", 0.10)):
+        fake.add(make_node(name, cpu="8", annotations={"cpu_usage_avg_5m": f"{load},{stamp}"}))
+    pod = make_pod("web-1", node_name="hot", cpu="1")
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                                           "uid": "u", "controller": True}]  # fmt: skip
+    fake.add(pod)
+    for extra, done in (
+        ((), lambda: bool(fake.find_requests("POST", "/eviction"))),
+        (("--dry-run",), lambda: bool(fake.list("events"))),
+    ):
+        stop = threading.Event()
+        codes: list[int] = []
+        args = rebalancer_args(kubeconfig, policy, *extra)
+        target = lambda a=args, s=stop, c=codes: c.append(run(a, stop=s))  # noqa: E731
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        try:
+            wait_for(done, timeout=10.0, what="the rebalancer to act", interval=0.02)
+        finally:
+            stop.set()
+            thread.join(15)
+        assert codes == [0]
+    return calls_from(fake.requests)
+
+
+def test_rebalancer_rbac_is_exactly_what_the_rebalancer_calls(
+    fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    calls = rebalancer_calls(fake_kube, kubeconfig, tmp_path)
+    assert ApiCall("create", "", "pods", "eviction", "default", "web-1") in calls
+    assert ApiCall("create", "", "events", "", "default") in calls
+    assert ApiCall("watch", "", "pods") in calls and ApiCall("watch", "", "nodes") in calls
+    bindings = grants_for(DOCS, *service_account("Deployment", "ballast-rebalancer"))
+    assert bindings.builtin == []
+    result = audit(calls, bindings.grants, EXEMPT)
+    assert not result.denied and not result.unused, explain(result)
+
+
 def test_every_rbac_object_belongs_to_a_component() -> None:
     """No Role, ClusterRole or binding in the manifests that the tests above do not audit."""
     audited = {
         service_account("Deployment", "ballast-scheduler"),
         service_account("Deployment", "ballast-annotator"),
+        service_account("Deployment", "ballast-rebalancer"),
         service_account("DaemonSet", "ballast-agent"),
     }
     docs = [*DOCS, *(d for p in sorted(OPTIONAL.glob("*.yaml")) for d in load_documents(p))]

@@ -109,7 +109,7 @@ def _program_flags(command: str) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("command", ["extender", "annotator", "agent"])
+@pytest.mark.parametrize("command", ["extender", "annotator", "rebalancer", "agent"])
 def test_the_configuration_reference_lists_every_flag_and_no_other(command: str) -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
     section = text.split(f"\n## `ballast {command}` flags\n")[1].split("\n## ")[0]

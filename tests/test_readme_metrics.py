@@ -11,6 +11,7 @@ from agent.metrics import CPUManagerMetrics
 from agent.publisher import PublisherMetrics
 from app.annotator.metrics import AnnotatorMetrics
 from app.extender.metrics import ExtenderMetrics
+from app.rebalancer.metrics import RebalancerMetrics
 from tests.conftest import ROOT
 
 
@@ -24,7 +25,12 @@ def test_every_exported_metric_is_documented_and_every_documented_one_exists() -
     agent = CollectorRegistry()
     CPUManagerMetrics(agent)
     PublisherMetrics(agent)
-    registries = (ExtenderMetrics().registry, AnnotatorMetrics().registry, agent)
+    registries = (
+        ExtenderMetrics().registry,
+        AnnotatorMetrics().registry,
+        RebalancerMetrics().registry,
+        agent,
+    )
     assert all(exported(r) for r in registries)
     code = set().union(*map(exported, registries))
     reference = (ROOT / "docs" / "configuration.md").read_text()
@@ -48,4 +54,4 @@ def test_every_exported_metric_is_documented_and_every_documented_one_exists() -
 
 
 def names_in(text: str) -> set[str]:
-    return set(re.findall(r"\bballast_(?:extender|annotator|agent|policy)_[a-z0-9_]+", text))
+    return set(re.findall(r"\bballast_(?:extender|annotator|rebalancer|agent|policy)_[a-z0-9_]+", text))

@@ -9,6 +9,6 @@ crane-scheduler's annotator, done right (see each module for what crane did and 
 - ``sources``   watch handlers (no I/O): nodes, bindings from pods or ``Scheduled`` events.
 - ``prometheus`` async HTTP API client (auth, TLS, prefixes, retries).
 - ``controller`` one cycle (queries -> matching -> hot values -> plan -> patches) and the run loop.
-- ``leader``    Lease leader election.
+- Lease leader election is ``common.leader`` (the rebalancer holds a Lease too).
 - ``health``, ``metrics``, ``cli``, ``run``: endpoints, counters, flags and wiring.
 """

@@ -27,13 +27,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from app import __version__
 from app.annotator.bindings import BindingRecords
 from app.annotator.controller import Annotator, CycleReport, KubeNodeWriter, run_loop
-from app.annotator.leader import LeaderElector, default_identity
 from app.annotator.metrics import AnnotatorMetrics
 from app.annotator.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
 from app.annotator.schedule import Schedule
@@ -43,28 +41,16 @@ from app.model.policy import Policy, PolicyError, load_policy
 from app.model.policy_store import PolicyStore
 from common.health import HealthServer
 from common.kube import Kube, KubeConfigError, Reflector, load_api_client
+from common.leader import DEFAULT_NAMESPACE, LeaderElector, default_identity, lease_namespace
 
-__all__ = ["lease_namespace", "prometheus_config", "run"]
+__all__ = ["DEFAULT_NAMESPACE", "lease_namespace", "prometheus_config", "run"]
 
 log = logging.getLogger("ballast.annotator")
 
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-DEFAULT_NAMESPACE = "ballast-system"
 HORIZON_SLACK_SECONDS = 60.0
 """Bindings are kept this much longer than the longest hot-value window (late cycles, clock skew)."""
 STUCK_LOOP_SECONDS = 300.0
 """/healthz fails when the main loop has not turned for this long."""
-
-
-def lease_namespace(flag: str | None, namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
-    """``--lease-namespace``, else the pod's namespace from its service account, else ballast-system."""
-    if flag:
-        return flag
-    with contextlib.suppress(OSError):
-        ns = namespace_file.read_text().strip()
-        if ns:
-            return ns
-    return DEFAULT_NAMESPACE
 
 
 def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:

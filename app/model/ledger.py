@@ -193,9 +193,7 @@ class Ledger:
 
     def incoming(self, pod: PodInfo, now: float) -> Estimate:
         cpu, mem = estimate_usage(pod, self._policy.estimation)
-        return Estimate(
-            pod.uid, pod.label, "", cpu, mem, now, tentative=True, priority=pod.priority
-        )
+        return Estimate(pod.uid, pod.label, "", cpu, mem, now, tentative=True, priority=pod.priority)
 
     def units(
         self, load: NodeLoad, now: float, skip: str | None = None, bound_only: bool = False

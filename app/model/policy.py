@@ -432,8 +432,11 @@ SPEC_FIELDS = {
     "mode",
     "nodePools",
     "prod",
+    "rebalance",
 }
-"""Every section of ``spec``; each is read by its parser above (``tests/test_policy.py`` checks both ways)."""
+"""Every section of ``spec``; each is read by its parser above (``tests/test_policy.py`` checks both ways),
+except ``rebalance``: accepted and kept in ``Policy.document`` for the rebalancer, which validates it
+(``app.model.rebalance_policy``); the extender and the annotator ignore it."""
 
 
 def build_policy(document: Any, source: str = "<memory>") -> Policy:

@@ -40,6 +40,14 @@ from typing import Any
 
 KUBE_VERSION = "v1.36.2"
 BINARIES = ("kube-apiserver", "kube-scheduler", "kubectl")
+CONTROLLER_MANAGER = "kube-controller-manager"
+CONTROLLERS = (
+    "*,-node-lifecycle-controller,-persistentvolume-attach-detach-controller,"
+    "-service-ca-certificate-publisher-controller,-ttl-controller"
+)
+"""Every controller but those a cluster without kubelets cannot have (see ../shared/k8s/README.md): node
+lifecycle would taint every node unreachable after 50 s; attach-detach wants kubelet state; the
+OpenShift CA publisher and the TTL annotator only add noise."""
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_K8S = ROOT.parent / "shared" / "k8s"
 READY_TIMEOUT = float(os.environ.get("BALLAST_KUBE_READY_TIMEOUT", "120"))
@@ -145,6 +153,25 @@ def kube_bin_dir() -> Path:
             continue
         _unpack_one(xz, sums[name], target)
     return dest
+
+
+def controller_manager_path() -> Path:
+    """kube-controller-manager, unpacked and verified into the cache like the others (only when asked)."""
+    src = source_dir()
+    plain = src / CONTROLLER_MANAGER
+    if plain.is_file() and os.access(plain, os.X_OK):
+        return plain
+    sums_file = src / "SHA256SUMS"
+    xz = src / f"{CONTROLLER_MANAGER}.xz"
+    sums = _read_sums(sums_file) if sums_file.is_file() else {}
+    if CONTROLLER_MANAGER not in sums or not xz.is_file():
+        raise MissingPiece(f"{src}: {CONTROLLER_MANAGER} (plain, or .xz with a SHA256SUMS line) is missing")
+    dest = cache_dir()
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / CONTROLLER_MANAGER
+    if not (target.is_file() and _sha256(target) == sums[CONTROLLER_MANAGER]):
+        _unpack_one(xz, sums[CONTROLLER_MANAGER], target)
+    return target
 
 
 def kubectl_path() -> Path:
@@ -296,6 +323,7 @@ class ControlPlane:
     etcd: Server | None = field(default=None, init=False)
     apiserver: Server | None = field(default=None, init=False)
     scheduler: Server | None = field(default=None, init=False)
+    controller_manager: Server | None = field(default=None, init=False)
     apiserver_port: int = field(default=0, init=False)
     scheduler_port: int = field(default=0, init=False)
     _own_workdir: bool = field(default=False, init=False)
@@ -445,11 +473,43 @@ class ControlPlane:
             self.scheduler.stop()
             self.scheduler = None
 
+    # --- controller manager ------------------------------------------------------------------------------
+
+    def start_controller_manager(self) -> Server:
+        """Start kube-controller-manager (once; later calls return the running one). No serving port, so
+        no health endpoint: ready means the ``kube-root-ca.crt`` ConfigMap it writes into every namespace
+        has appeared in ``default``."""
+        assert self.workdir
+        if self.controller_manager is not None and self.controller_manager.alive():
+            return self.controller_manager
+        binary = controller_manager_path()
+        pki, kubeconfig = self.pki, str(self.kubeconfig)
+        self.controller_manager = spawn(
+            "kube-controller-manager",
+            [str(binary), "--kubeconfig", kubeconfig,
+             "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
+             "--bind-address", "127.0.0.1", "--secure-port", "0", "--leader-elect=false",
+             "--use-service-account-credentials=false",
+             "--service-account-private-key-file", str(pki / "sa.key"), "--root-ca-file", str(pki / "ca.crt"),
+             "--controllers", CONTROLLERS],
+            self.workdir,
+        )  # fmt: skip
+
+        url = f"{self.server_url}/api/v1/namespaces/default/configmaps/kube-root-ca.crt"
+        ctx = self.ssl_context()
+        wait_until(lambda: _http_ok(url, ctx), self.controller_manager, "kube-controller-manager running")
+        return self.controller_manager
+
+    def stop_controller_manager(self) -> None:
+        if self.controller_manager is not None:
+            self.controller_manager.stop()
+            self.controller_manager = None
+
     def stop(self) -> None:
-        for server in (self.scheduler, self.apiserver, self.etcd):
+        for server in (self.scheduler, self.controller_manager, self.apiserver, self.etcd):
             if server is not None:
                 server.stop()
-        self.scheduler = self.apiserver = self.etcd = None
+        self.scheduler = self.controller_manager = self.apiserver = self.etcd = None
         if self._own_workdir and self.workdir is not None and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -579,14 +639,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("unpack", help="unpack and verify the binaries; print the folder holding them")
-    sub.add_parser("check", help="unpack, and check etcd and openssl too; print what is missing")
+    sub.add_parser(
+        "check", help="unpack (kube-controller-manager too), check etcd and openssl; print what is missing"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "unpack":
             print(kube_bin_dir())
         else:
             check_available()
-            print(f"ok: {kube_bin_dir()}, {etcd_path()}, {openssl_path()}")
+            print(f"ok: {kube_bin_dir()}, {controller_manager_path()}, {etcd_path()}, {openssl_path()}")
     except MissingPiece as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -5,7 +5,7 @@
   rule: no comparison of wall clocks across machines).
 - Every write is an update with the Lease's ``resourceVersion`` (optimistic concurrency): of two
   candidates racing for the same record, the API server lets exactly one through (409 for the other).
-- The leader renews every ``retry_period``. It may write Node annotations only until
+- The leader renews every ``retry_period``. It may act (write annotations, evict) only until
   ``renew_deadline`` after it *sent* its last successful renewal, which is shorter than the lease
   duration others wait, so two replicas never write at the same time even when the leader stalls.
 - ``release()`` (on SIGTERM) first stops writing, then hands the Lease back (empty holder, duration 1s)
@@ -16,6 +16,7 @@ Defaults are crane's (and kube-controller-manager's): 15s lease, 10s renew deadl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import socket
@@ -24,16 +25,30 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from common.kube import ApiError, Kube, path_for
 
-__all__ = ["LeaderElector", "default_identity", "micro_time"]
+__all__ = ["DEFAULT_NAMESPACE", "LeaderElector", "default_identity", "lease_namespace", "micro_time"]
 
-log = logging.getLogger("ballast.annotator.leader")
+log = logging.getLogger("ballast.leader")
 
 LEASE_API = "coordination.k8s.io/v1"
 JITTER = 1.2
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE = "ballast-system"
+
+
+def lease_namespace(flag: str | None, namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """``--lease-namespace``, else the pod's namespace from its service account, else ballast-system."""
+    if flag:
+        return flag
+    with contextlib.suppress(OSError):
+        ns = namespace_file.read_text().strip()
+        if ns:
+            return ns
+    return DEFAULT_NAMESPACE
 
 
 def micro_time(when: float) -> str:
@@ -250,7 +265,7 @@ class LeaderElector:
             return
         self._leading = leading
         if leading:
-            log.info("acquired lease %s/%s as %s: annotating", self.namespace, self.name, self.identity)
+            log.info("acquired lease %s/%s as %s: leading", self.namespace, self.name, self.identity)
         elif event == "lost":
             log.warning(
                 "lost lease %s/%s (no renewal within %gs; last error: %s)",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.annotator.leader import LeaderElector, micro_time
 from common.kube import Kube
+from common.leader import LeaderElector, micro_time
 from tests.fakekube import FakeKube
 
 NS = "ballast-system"

@@ -1,0 +1,20 @@
+"""The rebalancer: moves pods off nodes that stay hot, through the Eviction API, only where they fit.
+
+Pure (no I/O, tested with tables):
+
+- ``pods``      a pod read once from the watch: owner, workload, priority, QoS, estimate, constraints, and
+  why it may never be evicted.
+- ``classify``  hot, cool, normal or unknown from fresh annotations; cycle counts; the wait after an
+  eviction for a newer measurement.
+- ``victims``   who may go, and in which order.
+- ``fit``       whether a victim would be placed on a cool node (the extender's filter, requests, selectors,
+  taints), with this cycle's reservations.
+- ``limits``    per node, namespace, cycle, and per workload in a window.
+- ``plan``      one cycle's decisions, and the view of them (``/rebalance``, ``--once --json``).
+
+I/O:
+
+- ``cache``     watch-driven nodes and pods (``common.kube.Reflector``), indexed by node.
+- ``evictor``   ``policy/v1`` Evictions (429 = a PodDisruptionBudget says not now), Events, pace.
+- ``metrics``, ``cli``, ``run``: counters, flags, and the wiring with leader election and health.
+"""

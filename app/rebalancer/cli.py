@@ -1,0 +1,112 @@
+"""``ballast rebalancer``: command-line flags; ``register(subparsers)`` adds the command to ``ballast``.
+
+The handler returns the exit code: 0 done (``--once``) or clean shutdown; 1 a runtime failure (the API
+server could not be listed in ``--once``, an eviction call failed); 2 a configuration problem (policy,
+``spec.rebalance``, flags, kubeconfig). The work happens in ``app.rebalancer.run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common.cli import HelpFormatter, add_common, duration, duration_or_off, port
+
+__all__ = ["register", "run_rebalancer"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``rebalancer`` to a ``ballast`` subparsers object."""
+    p = subparsers.add_parser(
+        "rebalancer",
+        help="evict pods from nodes that stay hot, where the extender's rules place them on a cool node",
+        description="Every --interval, read the nodes' load annotations (the extender's freshness rules); "
+        "on a node hot for spec.rebalance.consecutiveAbnormal cycles, evict pods through the Eviction API "
+        "(PodDisruptionBudgets hold) while a cool node would take them, within the limits. Runs "
+        "continuously under Lease leader election, or once with --once.",
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--policy",
+        required=True,
+        metavar="FILE",
+        help="DynamicSchedulerPolicy YAML with spec.rebalance (without it the rebalancer idles); re-read "
+        "when the file changes or on SIGHUP (a file that does not load is refused, the running one kept)",
+    )
+    p.add_argument(
+        "--policy-poll",
+        type=duration_or_off,
+        default="2s",
+        metavar="DURATION",
+        help="how often to check the policy file for changes (0 disables; SIGHUP still reloads)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig for the API server; without it KUBECONFIG, else the in-cluster service account",
+    )
+    p.add_argument("--interval", type=duration, default="1m", metavar="DURATION", help="time between cycles")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="decide and explain everything (Events, metrics, /rebalance) but call no eviction",
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="list nodes and pods, run one cycle, print it, exit (one cycle counts one hot cycle: with "
+        "consecutiveAbnormal above 1 it shows what waits, and evicts nothing)",
+    )
+    p.add_argument("--json", action="store_true", help="with --once: print the cycle as JSON")
+
+    le = p.add_argument_group("leader election (coordination.k8s.io/v1 Lease)")
+    le.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="hold a Lease so that only one replica evicts (default: on, off with --once)",
+    )
+    le.add_argument("--lease-name", default="ballast-rebalancer", metavar="NAME", help="name of the Lease")
+    le.add_argument(
+        "--lease-namespace",
+        metavar="NAMESPACE",
+        help="namespace of the Lease (default: the pod's own namespace from its service account, else "
+        "ballast-system)",
+    )
+    le.add_argument("--lease-duration", type=duration, default="15s", metavar="DURATION",
+                    help="how long others wait after the last renewal before taking over")  # fmt: skip
+    le.add_argument("--renew-deadline", type=duration, default="10s", metavar="DURATION",
+                    help="the leader stops evicting when it could not renew for this long")  # fmt: skip
+    le.add_argument("--retry-period", type=duration, default="2s", metavar="DURATION",
+                    help="how often candidates try to acquire and the leader renews")  # fmt: skip
+    le.add_argument("--identity", metavar="ID", help="this replica's holder identity (default: host name "
+                    "plus a random suffix)")  # fmt: skip
+
+    srv = p.add_argument_group("serving and API")
+    srv.add_argument(
+        "--metrics-port",
+        type=port,
+        default=8092,
+        metavar="PORT",
+        help="port of /healthz, /readyz, /metrics and /rebalance (0 disables it; not served with --once)",
+    )
+    srv.add_argument(
+        "--metrics-address", default="0.0.0.0", metavar="ADDR", help="address the endpoint listens on"
+    )
+    srv.add_argument(
+        "--api-timeout", type=duration, default="10s", metavar="DURATION",
+        help="timeout of one Kubernetes API call",
+    )  # fmt: skip
+    srv.add_argument(
+        "--resync", type=duration, default="5m", metavar="DURATION",
+        help="relist nodes and pods this often even when the watches are healthy",
+    )  # fmt: skip
+
+    add_common(p)
+    p.set_defaults(func=run_rebalancer)
+    return p
+
+
+def run_rebalancer(args: argparse.Namespace) -> int:
+    from app.rebalancer.run import run  # the API client loads only when the command runs
+
+    return run(args)

@@ -1,0 +1,81 @@
+"""How many evictions a cycle may make, and where (pure; the pace per second is the evictor's).
+
+Why each limit exists:
+- per node per cycle: the node's load is an average over minutes; two victims already make a
+  difference the next measurement will show, and a node emptied at once answers a spike with an outage;
+- per namespace per cycle: one team's workloads are not all restarted together;
+- per cycle: a bad threshold or a broken annotator costs at most this many restarts a cycle;
+- per workload (its owner, a Deployment's ReplicaSets together) within a window: a replica set keeps
+  most of its pods while the moved ones start, PodDisruptionBudgets or not.
+
+Planned evictions count at once (the plan stops at a limit); the per-workload window keeps only
+evictions that happened (``commit``), so a PodDisruptionBudget refusal does not use up the window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+from app.model.rebalance_policy import Limits
+from app.rebalancer.pods import PodFacts
+
+__all__ = ["Limiter"]
+
+
+class Limiter:
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._history: dict[str, deque[float]] = {}
+        self.begin(limits)
+
+    def begin(self, limits: Limits) -> None:
+        """Start a cycle (with the policy's current limits)."""
+        self.limits = limits
+        self.total = 0
+        self.by_node: Counter[str] = Counter()
+        self.by_namespace: Counter[str] = Counter()
+        self.by_workload: Counter[str] = Counter()
+
+    def _recent(self, workload: str, now: float) -> int:
+        times = self._history.get(workload)
+        if not times:
+            return 0
+        while times and times[0] <= now - self.limits.workload_window:
+            times.popleft()
+        if not times:
+            del self._history[workload]
+            return 0
+        return len(times)
+
+    def node_full(self, node: str) -> bool:
+        return self.by_node[node] >= self.limits.per_node
+
+    def cycle_full(self) -> bool:
+        return self.total >= self.limits.per_cycle
+
+    def refuse(self, pod: PodFacts, now: float) -> str | None:
+        """Why evicting ``pod`` now would break a limit, or ``None``."""
+        lim = self.limits
+        if self.total >= lim.per_cycle:
+            return f"limit: {lim.per_cycle} evictions per cycle reached"
+        if self.by_node[pod.node] >= lim.per_node:
+            return f"limit: {lim.per_node} evictions per node per cycle reached"
+        if self.by_namespace[pod.namespace] >= lim.per_namespace:
+            return f"limit: {lim.per_namespace} evictions per namespace per cycle reached in {pod.namespace}"
+        recent = self._recent(pod.workload, now) + self.by_workload[pod.workload]
+        if recent >= lim.per_workload:
+            return (
+                f"limit: {lim.per_workload} eviction(s) of {pod.workload} per "
+                f"{lim.workload_window:g}s reached"
+            )
+        return None
+
+    def plan(self, pod: PodFacts) -> None:
+        self.total += 1
+        self.by_node[pod.node] += 1
+        self.by_namespace[pod.namespace] += 1
+        self.by_workload[pod.workload] += 1
+
+    def commit(self, pod: PodFacts, now: float) -> None:
+        """The eviction happened (or, in a dry run, would have): it counts in the workload's window."""
+        self._history.setdefault(pod.workload, deque()).append(now)

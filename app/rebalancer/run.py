@@ -1,0 +1,458 @@
+"""``ballast rebalancer`` wiring: configuration checks, then ``--once`` or the leader-elected loop.
+
+Start-up refuses, with the field path or flag, before any API call: a bad policy or ``spec.rebalance``,
+bad lease timing, an unusable kubeconfig (exit 2). A policy without ``spec.rebalance`` is not an error:
+the rebalancer idles and says so in its log and on ``/readyz``.
+
+Run mode: two watches (nodes, bound pods) keep ``cache``; a ``LeaderElector`` thread holds the Lease;
+every ``--interval`` the leader runs a cycle (``Rebalancer.cycle``). A cycle never acts on partial data:
+it is aborted, before any eviction, while a watch has not listed or is reconnecting after an error, and
+the remaining evictions of a cycle stop at the first eviction call that fails for another reason than a
+PodDisruptionBudget (429). A policy reload that fails (the file, or its ``spec.rebalance``) keeps the last
+good policy and turns ``/readyz`` to 503 with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import orjson
+
+from app import __version__
+from app.model.policy import Policy, PolicyError, load_policy
+from app.model.policy_store import PolicyStore
+from app.model.rebalance_policy import RebalanceSettings, rebalance_settings
+from app.rebalancer.cache import NodeCache, PodCache
+from app.rebalancer.classify import Tracker
+from app.rebalancer.evictor import ERROR, EVICTED, Evictor
+from app.rebalancer.limits import Limiter
+from app.rebalancer.metrics import RebalancerMetrics
+from app.rebalancer.plan import LIMITED, NO_FIT, Plan, plan_cycle
+from common.health import HealthServer
+from common.kube import Kube, KubeConfigError, Reflector, load_api_client
+from common.leader import LeaderElector, default_identity, lease_namespace
+
+__all__ = ["Rebalancer", "run"]
+
+log = logging.getLogger("ballast.rebalancer")
+
+IDLE = "the policy has no spec.rebalance: the rebalancer idles"
+STUCK_CYCLES = 5
+"""/healthz fails when the loop has not turned for this many intervals (at least 5 minutes)."""
+
+
+def settings_problem(policy: Policy) -> str | None:
+    """The ``PolicyStore`` check: a reload whose ``spec.rebalance`` is bad is refused like a bad file."""
+    try:
+        rebalance_settings(policy)
+    except PolicyError as exc:
+        return "; ".join(f"{path}: {reason}" for path, reason in exc.problems)
+    return None
+
+
+class Rebalancer:
+    """Runs cycles: plan from the caches, then evict (or pretend to) in the plan's order."""
+
+    def __init__(
+        self,
+        policy: Callable[[], Policy],
+        nodes: NodeCache,
+        pods: PodCache,
+        evictor: Evictor,
+        metrics: RebalancerMetrics,
+        *,
+        blocked: Callable[[], str | None] = lambda: None,
+        may_act: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> None:
+        self.policy = policy
+        self.nodes = nodes
+        self.pods = pods
+        self.evictor = evictor
+        self.metrics = metrics
+        self.blocked = blocked
+        self.may_act = may_act
+        self.clock = clock
+        self.sleep = sleep
+        self.tracker = Tracker()
+        self.limiter: Limiter | None = None
+        self.last: Plan | None = None
+        self.last_note = "no cycle yet"
+        self._settings: tuple[Policy, RebalanceSettings | None] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def dry(self) -> str:
+        return "true" if self.evictor.dry_run else "false"
+
+    def settings(self) -> RebalanceSettings | None:
+        policy = self.policy()
+        if self._settings is None or self._settings[0] is not policy:
+            self._settings = (policy, rebalance_settings(policy))
+        return self._settings[1]
+
+    def cycle(self) -> Plan | None:
+        """One cycle; returns its plan, or ``None`` when it did not plan (idle or aborted)."""
+        started = time.monotonic()
+        try:
+            return self._cycle()
+        finally:
+            self.metrics.cycle_duration.observe(time.monotonic() - started)
+
+    def _cycle(self) -> Plan | None:
+        settings = self.settings()
+        if settings is None:
+            self.metrics.cycles.labels("idle").inc()
+            self.last_note = IDLE
+            return None
+        if (why := self.blocked()) is not None:
+            self.metrics.cycles.labels("aborted").inc()
+            self.last_note = f"cycle aborted before any eviction: {why}"
+            log.warning("%s", self.last_note)
+            return None
+        if self.limiter is None:
+            self.limiter = Limiter(settings.limits)
+        now = self.clock()
+        plan = plan_cycle(
+            self.nodes.snapshot(), self.pods.on, self.policy(), settings, self.tracker, self.limiter, now
+        )
+        for state in ("hot", "cool", "normal", "unknown"):
+            self.metrics.nodes.labels(state).set(plan.states.get(state, 0))
+        outcomes = plan.outcomes()
+        for outcome, result in ((NO_FIT, "no_fit"), (LIMITED, "limited")):
+            if outcomes.get(outcome):
+                self.metrics.evictions.labels(result, self.dry).inc(outcomes[outcome])
+        aborted = self._execute(plan, settings)
+        self.metrics.cycles.labels("aborted" if aborted else "ok").inc()
+        self.last_note = aborted or (plan.idle and f"nothing to do: {plan.idle}") or "ok"
+        with self._lock:
+            self.last = plan
+        if plan.evictions:
+            done = sum(1 for c in plan.evictions if c.result == EVICTED)
+            log.info(
+                "cycle: %d hot, %d cool; %d of %d planned evictions %s",
+                plan.states.get("hot", 0),
+                len(plan.cool),
+                done,
+                len(plan.evictions),
+                "(dry run)" if self.evictor.dry_run else "done",
+            )
+        return plan
+
+    def _execute(self, plan: Plan, settings: RebalanceSettings) -> str | None:
+        assert self.limiter is not None
+        pace = 1.0 / settings.limits.evictions_per_second
+        last = None
+        for choice in plan.evictions:
+            if not self.may_act():
+                choice.result = "not attempted: no longer the leader"
+                return "lost the lease during the cycle"
+            if last is not None and not self.evictor.dry_run:
+                wait = last + pace - time.monotonic()
+                if wait > 0:
+                    self.sleep(wait)
+            last = time.monotonic()
+            result, err = self.evictor.evict(choice)
+            choice.result = result
+            self.metrics.evictions.labels(result, self.dry).inc()
+            if result == EVICTED:
+                now = self.clock()
+                self.limiter.commit(choice.pod, now)
+                self.tracker.evicted(choice.pod.node, now)
+            elif result == ERROR and err is not None and err.code not in (404, 409):
+                # 404 / 409: that pod is gone or replaced; anything else may be the API server itself
+                rest = plan.evictions[plan.evictions.index(choice) + 1 :]
+                for c in rest:
+                    c.result = "not attempted: an earlier eviction call failed"
+                return f"eviction call failed ({err}); the rest of the cycle is skipped"
+        return None
+
+    def view(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What ``/rebalance`` and ``--once --json`` show."""
+        with self._lock:
+            plan = self.last
+        settings = None
+        with contextlib.suppress(PolicyError):
+            settings = self.settings()
+        return {
+            "dryRun": self.evictor.dry_run,
+            **(extra or {}),
+            "policy": self.policy().source,
+            "settings": settings.to_json() if settings is not None else None,
+            "note": self.last_note,
+            "watched": {"nodes": len(self.nodes), "pods": len(self.pods)},
+            "lastCycle": plan.to_json() if plan is not None else None,
+        }
+
+
+def run(args: argparse.Namespace, *, stop: threading.Event | None = None, out: TextIO | None = None) -> int:
+    """Run ``ballast rebalancer``; returns the exit code (see ``app.rebalancer.cli``)."""
+    try:
+        policy = load_policy(args.policy)
+        settings = rebalance_settings(policy)
+    except PolicyError as exc:
+        log.error("%s", exc)
+        return 2
+    if settings is None:
+        log.warning("%s (%s)", IDLE, args.policy)
+    if not (args.lease_duration > args.renew_deadline > 1.2 * args.retry_period):
+        log.error(
+            "leader election needs --lease-duration > --renew-deadline > 1.2 x --retry-period "
+            "(got %gs, %gs, %gs)",
+            args.lease_duration,
+            args.renew_deadline,
+            args.retry_period,
+        )
+        return 2
+    if args.json and not args.once:
+        log.error("--json prints the cycle of --once; the running service shows it on /rebalance")
+        return 2
+    try:
+        api_client = load_api_client(args.kubeconfig)
+    except KubeConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    identity = args.identity or default_identity()
+    api_client.user_agent = f"ballast-rebalancer/{__version__} ({identity})"
+    kube = Kube(api_client, timeout=args.api_timeout)
+    try:
+        if args.once:
+            return _once(args, policy, kube, identity, out or sys.stdout)
+        return _serve(args, policy, kube, identity, stop or threading.Event())
+    finally:
+        with contextlib.suppress(Exception):
+            api_client.close()
+
+
+def _elector(
+    args: argparse.Namespace, kube: Kube, identity: str, metrics: RebalancerMetrics
+) -> LeaderElector:
+    def changed(event: str) -> None:
+        metrics.leader.set(1 if event == "acquired" else 0)
+        metrics.lease_transitions.labels(event).inc()
+
+    return LeaderElector(
+        kube,
+        lease_namespace(args.lease_namespace),
+        args.lease_name,
+        identity,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        on_change=changed,
+    )
+
+
+def _evictor(args: argparse.Namespace, kube: Kube, identity: str, metrics: RebalancerMetrics) -> Evictor:
+    return Evictor(
+        kube,
+        dry_run=args.dry_run,
+        identity=identity,
+        on_call=lambda call, code: metrics.api_calls.labels(call, code).inc(),
+    )
+
+
+def _text(view: dict[str, Any]) -> str:
+    cycle = view.get("lastCycle") or {}
+    lines = [f"rebalancer{' (dry run)' if view['dryRun'] else ''}: {view['note']}"]
+    if cycle:
+        lines.append("nodes: " + ", ".join(f"{n} {s}" for s, n in cycle["nodes"].items()))
+        for node in cycle["watched"]:
+            counts = f"abnormal {node['consecutiveAbnormal']}"
+            lines.append(f"{node['node']}: {node['state']} {node['values']} {counts} - {node['status']}")
+            for c in node["candidates"]:
+                target = f" -> {c['target']}" if c.get("target") else ""
+                lines.append(f"  {c['pod']}: {c['outcome']}{target} ({c['why']})")
+    return "\n".join(lines) + "\n"
+
+
+def _once(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, out: TextIO) -> int:
+    """List nodes and bound pods, run one cycle, print it."""
+    metrics = RebalancerMetrics()
+    nodes, pods = NodeCache(lambda: policy), PodCache(lambda: policy)
+    try:
+        items, _ = kube.list_all("/api/v1/nodes")
+        nodes.replace(items, "")
+        items, _ = kube.list_all("/api/v1/pods", {"fieldSelector": "spec.nodeName!="})
+        pods.replace(items, "")
+    except Exception as exc:
+        log.error("cannot list from the Kubernetes API, nothing evicted: %s", exc)
+        return 1
+    elector = None
+    if args.leader_elect and not args.dry_run:
+        elector = _elector(args, kube, identity, metrics)
+        if not elector.wait_leading(args.lease_duration + 2 * args.retry_period):
+            log.error(
+                "lease %s/%s is held by %s; not evicting", elector.namespace, elector.name, elector.holder
+            )
+            return 1
+    rebalancer = Rebalancer(
+        lambda: policy,
+        nodes,
+        pods,
+        _evictor(args, kube, identity, metrics),
+        metrics,
+        may_act=elector.is_leader if elector is not None else (lambda: True),
+    )
+    try:
+        plan = rebalancer.cycle()
+    finally:
+        if elector is not None:
+            elector.release()
+    view = rebalancer.view()
+    out.write(orjson.dumps(view, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json else _text(view))
+    failed = plan is not None and any(c.result == ERROR for c in plan.evictions)
+    return 1 if failed else 0
+
+
+def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, stop: threading.Event) -> int:
+    metrics = RebalancerMetrics()
+    store = PolicyStore(policy, args.policy, metrics, check=settings_problem)
+    nodes, pods = NodeCache(lambda: store.current), PodCache(lambda: store.current)
+
+    def changed(new: Policy) -> None:
+        nodes.reparse()
+        pods.reestimate()
+
+    store.on_change(changed)
+    reflectors = [
+        Reflector(kube, "/api/v1/nodes", nodes, name="nodes", resync_seconds=args.resync),
+        Reflector(kube, "/api/v1/pods", pods, params={"fieldSelector": "spec.nodeName!="}, name="pods",
+                  resync_seconds=args.resync),
+    ]  # fmt: skip
+    elector = _elector(args, kube, identity, metrics) if args.leader_elect is not False else None
+    if elector is None:
+        metrics.leader.set(1)
+        log.warning("leader election is off: run exactly one rebalancer replica")
+
+    def blocked() -> str | None:
+        for r in reflectors:
+            if not r.synced.is_set():
+                return f"the {r.name} watch has not listed yet"
+            if r.failing:
+                return f"the {r.name} watch is down ({r.failing})"
+        return None
+
+    def may_act() -> bool:
+        return not stop.is_set() and (elector is None or elector.is_leader())
+
+    rebalancer = Rebalancer(
+        lambda: store.current, nodes, pods, _evictor(args, kube, identity, metrics), metrics,
+        blocked=blocked, may_act=may_act,
+    )  # fmt: skip
+    beat = [time.monotonic()]
+
+    def healthy() -> tuple[bool, str]:
+        age = time.monotonic() - beat[0]
+        if age > max(STUCK_CYCLES * args.interval, 300.0):
+            return False, f"the rebalancing loop has not run for {age:.0f}s"
+        return True, "ok"
+
+    def ready() -> tuple[bool, str]:
+        waiting = [r.name for r in reflectors if not r.synced.is_set()]
+        if waiting:
+            return False, "waiting for the first list of " + ", ".join(waiting)
+        if store.failure is not None:
+            return False, f"policy reload refused, still running the previous policy: {store.failure.error}"
+        if rebalancer.settings() is None:
+            return True, f"ok: {IDLE}"
+        return True, "ok"
+
+    def page() -> bytes:
+        extra = {"leader": elector.is_leader() if elector is not None else True, "identity": identity}
+        return orjson.dumps(rebalancer.view(extra), option=orjson.OPT_INDENT_2)
+
+    server = None
+    if args.metrics_port:
+        server = HealthServer.serve(
+            args.metrics_address, args.metrics_port, metrics.registry, healthy=healthy, ready=ready,
+            name="rebalancer-health", pages={"/rebalance": page},
+        )  # fmt: skip
+        if server is None:
+            return 1
+    hangup = threading.Event()
+    handled = []
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            handled.append((signum, signal.signal(signum, lambda s, f: _on_signal(s, stop))))
+        handled.append((signal.SIGHUP, signal.signal(signal.SIGHUP, lambda s, f: hangup.set())))
+    try:
+        for r in reflectors:
+            r.start()
+        if elector is not None:
+            elector.start()
+        current = rebalancer.settings()
+        log.info(
+            "ballast rebalancer %s: every %gs%s, as %s; %s",
+            __version__,
+            args.interval,
+            " (dry run: no eviction is called)" if args.dry_run else "",
+            identity,
+            ", ".join(f"{t.name} high {t.high} low {t.low}" for t in current.thresholds) if current else IDLE,
+        )
+        _loop(args, store, rebalancer, stop, hangup, may_act, metrics, beat)
+    finally:
+        for signum, previous in handled:
+            signal.signal(signum, previous)
+        if elector is not None:
+            elector.stop()
+        for r in reflectors:
+            r.stop()
+        if server is not None:
+            server.close()
+    log.info("rebalancer stopped")
+    return 0
+
+
+def _loop(
+    args: argparse.Namespace,
+    store: PolicyStore,
+    rebalancer: Rebalancer,
+    stop: threading.Event,
+    hangup: threading.Event,
+    may_act: Callable[[], bool],
+    metrics: RebalancerMetrics,
+    beat: list[float],
+) -> None:
+    tick = 0.25
+    next_cycle = time.monotonic()
+    next_poll = time.monotonic() + (args.policy_poll or float("inf"))
+    while not stop.is_set():
+        now = time.monotonic()
+        beat[0] = now
+        if hangup.is_set() or now >= next_poll:
+            try:
+                if hangup.is_set():
+                    store.reload("SIGHUP")
+                else:
+                    store.reload_if_changed()
+            except Exception:
+                log.exception("policy reload failed unexpectedly; keeping the running policy")
+            hangup.clear()
+            next_poll = now + (args.policy_poll or float("inf"))
+        if now >= next_cycle:
+            next_cycle = now + args.interval
+            if may_act():
+                try:
+                    rebalancer.cycle()
+                except Exception:
+                    metrics.cycles.labels("aborted").inc()
+                    log.exception("cycle failed; nothing more is evicted in it")
+            else:
+                metrics.cycles.labels("standby").inc()
+                rebalancer.last_note = "standby: another replica holds the lease"
+        stop.wait(min(tick, max(0.0, next_cycle - time.monotonic())))
+
+
+def _on_signal(signum: int, stop: threading.Event) -> None:
+    log.info("%s received; stepping down", signal.Signals(signum).name)
+    stop.set()

@@ -1,0 +1,328 @@
+"""The program around the pure cycle: flags and refusals, ``--once --dry-run --json``, the cycle's API
+handling (429, failures, partial data) with a recording double, and run mode against the fake API server
+(watches, ``/readyz`` on a refused reload, ``/rebalance``). Evictions against the real API server, PDBs
+and ReplicaSets are in ``tests/cluster/test_rebalancer_e2e.py``."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.rebalancer.cache import NodeCache, PodCache
+from app.rebalancer.cli import register
+from app.rebalancer.evictor import Evictor
+from app.rebalancer.metrics import RebalancerMetrics
+from app.rebalancer.run import Rebalancer, run
+from ballast.cli import main
+from common.kube import ApiError
+from tests.annotator.prom import free_port
+from tests.conftest import wait_for
+from tests.fakekube import FakeKube
+from tests.rebalancer.helpers import BASE, NOW, node, pod, policy
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="ballast")
+    register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["rebalancer", *argv])
+
+
+def policy_file(tmp_path: Path, **rebalance: Any) -> Path:
+    doc = yaml.safe_load(yaml.safe_dump(BASE))
+    if rebalance.pop("absent", False):
+        del doc["spec"]["rebalance"]
+    else:
+        doc["spec"]["rebalance"].update(rebalance)
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_bad_rebalance_section_exits_2_with_the_field_path(tmp_path: Path, capsys) -> None:
+    bad = policy_file(tmp_path, thresholds=[{"name": "cpu_usage_avg_5m", "high": 0.4, "low": 0.6}])
+    assert main(["rebalancer", "--policy", str(bad)]) == 2
+    assert "spec.rebalance.thresholds[0].low: 0.6 must be below high 0.4" in capsys.readouterr().err
+
+
+def test_json_is_for_once_and_no_cluster_is_a_configuration_error(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    good = policy_file(tmp_path)
+    assert main(["rebalancer", "--policy", str(good), "--json"]) == 2
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["rebalancer", "--policy", str(good), "--once"]) == 2
+
+
+# --- the cycle's API handling, with a recording double ------------------------------------------------
+
+
+class Calls:
+    """A ``Kube`` double: records creates; ``answers`` maps a path suffix to an ApiError to raise."""
+
+    def __init__(self, answers: dict[str, ApiError] | None = None) -> None:
+        self.created: list[tuple[str, dict[str, Any]]] = []
+        self.answers = answers or {}
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        for suffix, err in self.answers.items():
+            if path.endswith(suffix):
+                raise err
+        self.created.append((path, body))
+        return {}
+
+    def evictions(self) -> list[str]:
+        return [p for p, _ in self.created if p.endswith("/eviction")]
+
+    def events(self) -> list[dict[str, Any]]:
+        return [b for p, b in self.created if p.endswith("/events")]
+
+
+def rebalancer(kube: Calls, *, dry_run: bool = False, blocked: str | None = None, **rebalance: Any):
+    p, _ = policy(consecutiveAbnormal=1, **rebalance)
+    nodes, pods = NodeCache(lambda: p, clock=lambda: NOW), PodCache(lambda: p)
+    nodes.replace([node("hot", 0.99), node("cool", 0.10)], "1")
+    pods.replace([pod(f"p{i}", "hot", cpu="500m", owner_name=f"o{i}") for i in range(3)], "1")
+    metrics = RebalancerMetrics()
+    ev = Evictor(kube, dry_run=dry_run, clock=lambda: NOW)  # type: ignore[arg-type]
+    r = Rebalancer(lambda: p, nodes, pods, ev, metrics, blocked=lambda: blocked, clock=lambda: NOW + 1,
+                   sleep=lambda s: None)  # fmt: skip
+    return r, metrics
+
+
+def count(metrics: RebalancerMetrics, result: str, dry: str = "false") -> float:
+    return metrics.evictions.labels(result, dry)._value.get()
+
+
+def test_evictions_go_through_the_eviction_api_with_the_uid_and_leave_events() -> None:
+    kube = Calls()
+    r, metrics = rebalancer(kube)
+    plan = r.cycle()
+    assert plan is not None and len(plan.evictions) == 2  # the per-node limit
+    assert len(kube.evictions()) == 2
+    path, body = kube.created[0]
+    assert path.startswith("/api/v1/namespaces/default/pods/p") and path.endswith("/eviction")
+    assert body["apiVersion"] == "policy/v1" and body["kind"] == "Eviction"
+    assert body["deleteOptions"]["preconditions"]["uid"].startswith("uid-p")
+    (event, _) = kube.events()
+    assert event["reason"] == "Rebalanced" and event["involvedObject"]["kind"] == "Pod"
+    assert event["message"] == "evicted: cpu_usage_avg_5m 0.99 > high 0.80 for 1 cycles; fits on cool"
+    assert count(metrics, "evicted") == 2 and count(metrics, "limited") == 1
+
+
+def test_a_429_is_not_now_and_is_never_forced() -> None:
+    refusal = "Cannot evict pod as it would violate the pod's disruption budget."
+    kube = Calls({"/eviction": ApiError(429, "TooManyRequests", refusal)})
+    r, metrics = rebalancer(kube)
+    plan = r.cycle()
+    assert plan is not None and [c.result for c in plan.evictions] == ["pdb_blocked", "pdb_blocked"]
+    assert count(metrics, "pdb_blocked") == 2 and count(metrics, "evicted") == 0
+    assert [e["reason"] for e in kube.events()] == ["RebalanceBlocked", "RebalanceBlocked"]
+    # nothing was recorded as done: the next cycle tries again, the node is not waiting for data
+    again = r.cycle()
+    assert again is not None and len(again.evictions) == 2 and count(metrics, "pdb_blocked") == 4
+
+
+def test_an_api_failure_stops_the_cycle_and_partial_data_aborts_before_any_eviction() -> None:
+    kube = Calls({"/eviction": ApiError(503, "ServiceUnavailable", "etcd leader changed")})
+    r, metrics = rebalancer(kube)
+    plan = r.cycle()
+    assert plan is not None
+    assert plan.evictions[0].result == "error"
+    assert plan.evictions[1].result.startswith("not attempted")
+    assert metrics.cycles.labels("aborted")._value.get() == 1
+    quiet = Calls()
+    r, metrics = rebalancer(quiet, blocked="the pods watch is down (connection refused)")
+    assert r.cycle() is None and quiet.created == []
+    assert "aborted before any eviction: the pods watch is down" in r.last_note
+
+
+def test_a_dry_run_calls_no_eviction_and_still_explains() -> None:
+    kube = Calls()
+    r, metrics = rebalancer(kube, dry_run=True)
+    plan = r.cycle()
+    assert plan is not None and len(plan.evictions) == 2
+    assert kube.evictions() == []
+    assert [e["reason"] for e in kube.events()] == ["RebalanceDryRun"] * 2
+    assert kube.events()[0]["message"].startswith("dry run, would evict: cpu_usage_avg_5m 0.99")
+    assert count(metrics, "evicted", "true") == 2
+    # as after a real eviction, the node now waits for a newer measurement
+    again = r.cycle()
+    assert again is not None and again.evictions == []
+    assert "waiting for a measurement newer" in again.nodes[0].status
+
+
+# --- against the fake API server ------------------------------------------------------------------------
+
+
+def seed(fake: FakeKube) -> None:
+    now = time.time()
+    for n in (node("hot", 0.99, at=now - 10), node("cool", 0.10, at=now - 10)):
+        n["apiVersion"], n["kind"] = "v1", "Node"
+        fake.add(n)
+    for i in range(2):
+        p = pod(f"web-{i}", "hot", cpu="500m", owner_name=f"web-{i}")
+        p["apiVersion"], p["kind"] = "v1", "Pod"
+        fake.add(p)
+
+
+def test_once_dry_run_json(fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path) -> None:
+    seed(fake_kube)
+    out = io.StringIO()
+    path = policy_file(tmp_path, consecutiveAbnormal=1)
+    args = parse("--policy", str(path), "--kubeconfig", str(kubeconfig), "--once", "--dry-run", "--json")
+    assert run(args, out=out) == 0
+    view = json.loads(out.getvalue())
+    assert view["dryRun"] is True and view["settings"]["consecutiveAbnormal"] == 1
+    cycle = view["lastCycle"]
+    assert cycle["nodes"] == {"cool": 1, "hot": 1}
+    assert [e["target"] for e in cycle["evictions"]] == ["cool", "cool"]
+    (hot,) = cycle["watched"]
+    assert hot["node"] == "hot" and hot["consecutiveAbnormal"] == 1
+    assert {c["outcome"] for c in hot["candidates"]} == {"evict"}
+    assert not fake_kube.find_requests("POST", "/eviction")
+    assert len(fake_kube.list("events")) == 2
+
+
+def test_once_with_the_default_count_waits_and_says_so(
+    fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    seed(fake_kube)
+    out = io.StringIO()
+    args = parse(
+        "--policy", str(policy_file(tmp_path)), "--kubeconfig", str(kubeconfig), "--once", "--dry-run"
+    )
+    assert run(args, out=out) == 0
+    assert "hot: hot" in out.getvalue() and "waiting: hot for 1 of 3 cycles" in out.getvalue()
+    assert fake_kube.list("events") == []
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except urllib.error.URLError:
+        return 0, "not serving yet"
+
+
+def test_run_mode_watches_reloads_and_reports(fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path) -> None:
+    seed(fake_kube)
+    path = policy_file(tmp_path, consecutiveAbnormal=2)
+    port = free_port()
+    args = parse("--policy", str(path), "--kubeconfig", str(kubeconfig), "--interval", "200ms", "--dry-run",
+                 "--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--policy-poll", "100ms",
+                 "--lease-namespace", "default")  # fmt: skip
+    stop = threading.Event()
+    code: list[int] = []
+    thread = threading.Thread(target=lambda: code.append(run(args, stop=stop)), daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: get(f"{base}/readyz")[0] == 200, 20, "ready")
+        # two hot cycles, then the (dry) evictions: from the watch, no list per cycle
+        wait_for(lambda: len(fake_kube.list("events")) == 2, 20, "two dry-run events")
+        lists = len(fake_kube.find_requests("GET", "/api/v1/pods", watch=False))
+        view = json.loads(get(f"{base}/rebalance")[1])
+        assert view["leader"] is True and view["watched"] == {"nodes": 2, "pods": 2}
+        time.sleep(0.6)
+        assert len(fake_kube.find_requests("GET", "/api/v1/pods", watch=False)) == lists == 1
+        # a bad reload is refused with the field path; the last good policy keeps running
+        path.write_text(path.read_text().replace("high: 0.8", "high: 1.8"))
+        wait_for(lambda: get(f"{base}/readyz")[0] == 503, 20, "readyz 503")
+        assert "spec.rebalance.thresholds[0].high" in get(f"{base}/readyz")[1]
+        assert json.loads(get(f"{base}/rebalance")[1])["settings"]["thresholds"][0]["high"] == 0.8
+        # no spec.rebalance: idle, and /readyz says so
+        policy_file(tmp_path, absent=True)
+        wait_for(lambda: "idle" in get(f"{base}/readyz")[1], 20, "idle")
+        assert get(f"{base}/readyz")[0] == 200
+        assert "ballast_rebalancer_cycles_total" in get(f"{base}/metrics")[1]
+    finally:
+        stop.set()
+        thread.join(15)
+    assert code == [0]
+
+
+def test_a_watch_that_is_down_aborts_cycles_before_any_eviction(
+    fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    seed(fake_kube)
+    fake_kube.patch("nodes", "hot", {"metadata": {"annotations": {"cpu_usage_avg_5m": f"0.5,{stamp()}"}}})
+    port = free_port()
+    path = policy_file(tmp_path, consecutiveAbnormal=1)
+    args = parse("--policy", str(path), "--kubeconfig", str(kubeconfig), "--interval", "100ms",
+                 "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+                 "--no-leader-elect")  # fmt: skip
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: run(args, stop=stop), daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: get(f"{base}/readyz")[0] == 200, 20, "ready")
+        # the pods watch goes down (and stays down), then the node turns hot
+        fake_kube.fail_next("GET", "^/api/v1/pods$", 500, count=None)
+        assert fake_kube.drop_watches("pods") >= 1
+        wait_for(lambda: "the pods watch is down" in json.loads(get(f"{base}/rebalance")[1])["note"], 20,
+                 "cycles aborted")  # fmt: skip
+        fake_kube.patch(
+            "nodes", "hot", {"metadata": {"annotations": {"cpu_usage_avg_5m": f"0.99,{stamp()}"}}}
+        )
+        time.sleep(1.0)
+        assert not fake_kube.find_requests("POST", "/eviction")
+        assert "aborted before any eviction" in json.loads(get(f"{base}/rebalance")[1])["note"]
+        # back up: the next cycle acts
+        fake_kube.clear_injections()
+        wait_for(
+            lambda: fake_kube.find_requests("POST", "/eviction"), 30, "an eviction once the watch is back"
+        )
+    finally:
+        stop.set()
+        thread.join(15)
+
+
+def stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def test_two_replicas_only_the_lease_holder_acts(
+    fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    seed(fake_kube)
+    path = policy_file(tmp_path, consecutiveAbnormal=1)
+    stops, threads, ports = [], [], []
+    for name in ("one", "two"):
+        port = free_port()
+        args = parse("--policy", str(path), "--kubeconfig", str(kubeconfig), "--interval", "100ms",
+                     "--dry-run", "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+                     "--identity", name, "--lease-namespace", "default", "--lease-duration", "2s",
+                     "--renew-deadline", "1500ms", "--retry-period", "250ms")  # fmt: skip
+        stop = threading.Event()
+        thread = threading.Thread(target=lambda a=args, s=stop: run(a, stop=s), daemon=True)
+        thread.start()
+        stops.append(stop)
+        threads.append(thread)
+        ports.append(port)
+    try:
+        wait_for(lambda: len(fake_kube.list("events")) >= 2, 20, "the leader's dry-run events")
+        time.sleep(0.5)
+        views = [json.loads(get(f"http://127.0.0.1:{p}/rebalance")[1]) for p in ports]
+        leaders = [v["identity"] for v in views if v["leader"]]
+        assert len(leaders) == 1
+        (standby,) = [v for v in views if not v["leader"]]
+        assert standby["note"].startswith("standby") and standby["lastCycle"] is None
+        assert {e["reportingInstance"] for e in fake_kube.list("events")} == set(leaders)
+    finally:
+        for stop in stops:
+            stop.set()
+        for thread in threads:
+            thread.join(15)

@@ -324,6 +324,14 @@ spec:
 """
 
 
+def swap(path: Path, text: str) -> None:
+    """Replace the file in one step, as the kubelet swaps a ConfigMap volume's files: a poll never reads a
+    half-written file (which would count as a second refused reload)."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def test_a_changed_policy_file_is_taken_and_a_broken_one_refused(
     prom: PrometheusServer, fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path
 ) -> None:
@@ -349,7 +357,7 @@ def test_a_changed_policy_file_is_taken_and_a_broken_one_refused(
         assert not any("mem_usage_avg_5m" in annotations(fake_kube, n) for n in NODES)
 
         # A new metric in the file (as a ConfigMap update delivers it): the loop restarts with it.
-        policy.write_text(FAST_POLICY)
+        swap(policy, FAST_POLICY)
         wait_for(lambda: all(load_written(fake_kube, n) for n in NODES), timeout=20)
         wait_for(lambda: scrape(port, "/readyz").status_code == 200, timeout=10.0)
         text = scrape(port, "/metrics").text
@@ -359,7 +367,7 @@ def test_a_changed_policy_file_is_taken_and_a_broken_one_refused(
         # A change only the extender uses (a predicate): taken without restarting the loop.
         acquired = 'ballast_annotator_leadership_changes_total{event="acquired"}'
         leaderships = metric_value(text, acquired)
-        policy.write_text(FAST_POLICY + "  predicate:\n    - {name: cpu_usage_avg_5m, maxLimitPecent: 0.5}\n")
+        swap(policy, FAST_POLICY + "  predicate:\n    - {name: cpu_usage_avg_5m, maxLimitPecent: 0.5}\n")
         wait_for(
             lambda: (
                 metric_value(
@@ -373,7 +381,7 @@ def test_a_changed_policy_file_is_taken_and_a_broken_one_refused(
         assert metric_value(scrape(port, "/metrics").text, acquired) == leaderships
 
         # A broken file is refused: the annotator keeps running the last good policy and says so.
-        policy.write_text("spec:\n  syncPolicy:\n    - {name: cpu_usage_avg_5m, period: -3s}\n")
+        swap(policy, "spec:\n  syncPolicy:\n    - {name: cpu_usage_avg_5m, period: -3s}\n")
         wait_for(lambda: scrape(port, "/readyz").status_code == 503, timeout=10.0)
         body = scrape(port, "/readyz").text
         assert "policy reload refused" in body and "period" in body

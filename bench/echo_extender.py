@@ -1,7 +1,10 @@
 """The floor: a bare extender that parses the request and returns its input, doing no scheduling work.
 
-It does what any extender must do (read the JSON body, write a JSON answer) with the same stack as
-Ballast (FastAPI, uvicorn, orjson), so the ratio Ballast/echo is the cost of Ballast's own decisions.
+It does what any extender must do (read the JSON body, write a JSON answer) with the same server stack as
+Ballast (FastAPI, uvicorn, orjson), so the ratio Ballast/echo is the cost of Ballast's own decisions. It
+shares no code with Ballast: its bind creates the Binding through ``bench.bind_client`` (the standard
+library's ``http.client`` over TLS, one keep-alive connection per worker thread), not through Ballast's
+Kubernetes client, so whatever that client costs shows in the ratio instead of cancelling out of it.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+
+from bench.bind_client import BindClient
 
 app = FastAPI()
 
@@ -41,19 +46,17 @@ async def prioritize(request: Request) -> Response:
     return _json([{"Host": n, "Score": 0} for n in names])
 
 
-_KUBE = None
+_CLIENT: BindClient | None = None
 
 
-def _kube():
-    """The same API client Ballast binds with, from ``ECHO_KUBECONFIG`` (the cluster bench sets it)."""
-    global _KUBE
-    if _KUBE is None:
+def _client() -> BindClient:
+    """The minimal client, from ``ECHO_KUBECONFIG`` (the cluster bench sets it)."""
+    global _CLIENT
+    if _CLIENT is None:
         import os
 
-        from common.kube import Kube, load_api_client
-
-        _KUBE = Kube(load_api_client(os.environ["ECHO_KUBECONFIG"]))
-    return _KUBE
+        _CLIENT = BindClient.from_kubeconfig(os.environ["ECHO_KUBECONFIG"])
+    return _CLIENT
 
 
 @app.post("/bind")
@@ -68,7 +71,7 @@ def bind(body: dict) -> Response:
         "target": {"apiVersion": "v1", "kind": "Node", "name": body.get("Node", "")},
     }
     try:
-        _kube().create(f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+        _client().post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", orjson.dumps(binding))
     except Exception as exc:  # the scheduler retries; the bench counts bindings, not errors
         return _json({"Error": str(exc)})
     return _json({"Error": ""})

@@ -25,6 +25,15 @@ def free_port() -> int:
 @contextlib.contextmanager
 def serve(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
     """Run a server command until its /docs or /healthz answers; stop it afterwards."""
+    with serve_process(argv, port, env) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_process(
+    argv: list[str], port: int, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``serve``, also giving the process (the cluster bench reads its CPU time)."""
     # stderr goes to a file, never an unread pipe: a server logging at info fills a pipe's 64 KB and then
     # blocks in its log handler, which stalled a long cluster bench.
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below, after the server)
@@ -43,7 +52,7 @@ def serve(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iter
                 time.sleep(0.1)
         else:
             raise RuntimeError("server did not start")
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:

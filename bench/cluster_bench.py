@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.harness import ballast_cmd, echo_cmd, free_port, serve_process
+from bench.harness import ballast_cmd, echo_cmd, free_port, granian_cmd, serve_process
 from tests.cluster.controlplane import ControlPlane, node_body, pod_body, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,11 +146,25 @@ def clear_pods(api: Api) -> None:
     wait_until(lambda: not api.pods(), None, "pods deleted", 120)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds ``pid`` has used (all its threads), from ``/proc/PID/stat``."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(pid: int, tree: bool = True) -> float:
+    """User + system CPU seconds ``pid`` (all its threads) and, with ``tree``, its descendants use (granian
+    serves from a worker process), from ``/proc/PID/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total + (sum(cpu_seconds(child) for child in children(pid)) if tree else 0.0)
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(FileNotFoundError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    return out
 
 
 class BindWatch:
@@ -209,7 +223,8 @@ class BindWatch:
                         return
 
     def _cpu(self) -> dict[str, float]:
-        return {name: cpu_seconds(pid) for name, pid in self.pids().items()}
+        # the bench's own process alone: the servers it started are its children
+        return {name: cpu_seconds(pid, name != "bench") for name, pid in self.pids().items()}
 
     def cpu_per_pod(self) -> dict[str, float]:
         """CPU seconds per pod of each process, from the first to the last binding."""
@@ -267,31 +282,72 @@ def small_pods(count: int, prefix: str) -> list[dict[str, Any]]:
     ]
 
 
-@contextlib.contextmanager
-def extenders(cp: ControlPlane, log_level: str) -> Iterator[tuple[dict[str, str], dict[str, int]]]:
-    """The echo extender and Ballast (with its node cache), each in its own process: their URLs and PIDs."""
+def extender_cmds(cp: ControlPlane, server: str, log_level: str) -> dict[str, tuple[list[str], int, dict]]:
+    """The echo extender's and Ballast's commands for ``server``: name -> (argv, port, environment)."""
     echo_port, ballast_port = free_port(), free_port()
-    ballast = ballast_cmd(ballast_port, str(POLICY), "--kubeconfig", str(cp.kubeconfig), "--policy-poll", "0")
-    if log_level:
-        ballast[ballast.index("--log-level") + 1] = log_level
-    env = {"ECHO_KUBECONFIG": str(cp.kubeconfig)}
-    with (
-        serve_process(echo_cmd(echo_port), echo_port, env) as (echo_url, echo_proc),
-        serve_process(ballast, ballast_port) as (ballast_url, ballast_proc),
-    ):
+    echo_env = {"ECHO_KUBECONFIG": str(cp.kubeconfig)}
+    suffix = "" if server == "uvicorn" else f"@{server}"
+    if server == "uvicorn":
+        ballast = ballast_cmd(
+            ballast_port, str(POLICY), "--kubeconfig", str(cp.kubeconfig), "--policy-poll", "0"
+        )
+        if log_level:
+            ballast[ballast.index("--log-level") + 1] = log_level
+        return {
+            "echo": (echo_cmd(echo_port), echo_port, echo_env),
+            "ballast": (ballast, ballast_port, {}),
+        }
+    ballast_env = {
+        "BALLAST_POLICY": str(POLICY),
+        "BALLAST_KUBECONFIG": str(cp.kubeconfig),
+        "BALLAST_LOG_LEVEL": log_level or "info",
+    }
+    return {
+        f"echo{suffix}": (granian_cmd("bench.echo_extender:app", echo_port), echo_port, echo_env),
+        f"ballast{suffix}": (
+            granian_cmd("bench.ballast_asgi:app", ballast_port, True),
+            ballast_port,
+            ballast_env,
+        ),
+    }
 
-        def ready() -> bool:
-            with urllib.request.urlopen(f"{ballast_url}/readyz", timeout=5) as resp:
-                return resp.status == 200
 
-        wait_until(ready, None, "ballast /readyz", 60)
-        yield {"echo": echo_url, "ballast": ballast_url}, {"echo": echo_proc.pid, "ballast": ballast_proc.pid}
+@contextlib.contextmanager
+def extenders(
+    cp: ControlPlane, log_level: str, servers: list[str]
+) -> Iterator[tuple[dict[str, str], dict[str, int]]]:
+    """The echo extender and Ballast (with its node cache) under each server, each in its own process:
+    their URLs and PIDs."""
+    urls: dict[str, str] = {}
+    pids: dict[str, int] = {}
+    with contextlib.ExitStack() as stack:
+        for server in servers:
+            for name, (argv, port, env) in extender_cmds(cp, server, log_level).items():
+                url, proc = stack.enter_context(serve_process(argv, port, env))
+                urls[name], pids[name] = url, proc.pid
+        for name, url in urls.items():
+            if name.startswith("ballast"):
+
+                def ready(url: str = url) -> bool:
+                    with urllib.request.urlopen(f"{url}/readyz", timeout=5) as resp:
+                        return resp.status == 200
+
+                wait_until(ready, None, f"{name} /readyz", 60)
+        yield urls, pids
+
+
+def split_mode(mode: str) -> tuple[str, bool]:
+    """``ballast-bind@granian`` -> (``ballast@granian``, True): the extender's process name, and bind."""
+    base, _, server = mode.partition("@")
+    name = base.removesuffix("-bind") + (f"@{server}" if server else "")
+    return name, base.endswith("-bind")
 
 
 def mode_config(mode: str, urls: dict[str, str]) -> dict[str, Any]:
     if mode == "none":
         return scheduler_config(None, False)
-    return scheduler_config(urls[mode.removesuffix("-bind")], mode.endswith("-bind"))
+    name, bind = split_mode(mode)
+    return scheduler_config(urls[name], bind)
 
 
 def summary(values: list[float], fmt: str = ".1f", unit: str = "") -> str:
@@ -302,7 +358,11 @@ def summary(values: list[float], fmt: str = ".1f", unit: str = "") -> str:
     return f"{med:{fmt}}{unit} ({lo:{fmt}}-{hi:{fmt}}{unit})"
 
 
-FLOORS = {"ballast": "echo", "ballast-bind": "echo-bind"}
+def floor_of(mode: str) -> str | None:
+    """The echo mode Ballast's ``mode`` is measured against (same server, same verbs)."""
+    return mode.replace("ballast", "echo", 1) if mode.startswith("ballast") else None
+
+
 PROCESSES = ("echo", "ballast", "kube-scheduler", "kube-apiserver", "etcd", "bench")
 
 
@@ -313,7 +373,7 @@ def report(modes: list[str], rates: dict[str, list[float]], cpu: dict[str, list[
           "| / no extender, per round |")  # fmt: skip
     print("|---|---:|---:|---:|")
     for mode in modes:
-        floor = FLOORS.get(mode)
+        floor = floor_of(mode)
         to_floor = [a / b for a, b in zip(rates[mode], rates[floor], strict=True)] if floor in rates else []
         to_none = (
             [a / b for a, b in zip(rates[mode], rates["none"], strict=True)]
@@ -324,11 +384,25 @@ def report(modes: list[str], rates: dict[str, list[float]], cpu: dict[str, list[
             f"| {mode} | {summary(rates[mode])} | {summary(to_floor, '.2f', 'x')} "
             f"| {summary(to_none, '.2f', 'x')} |"
         )
-    print("\nCPU milliseconds per pod, first to last binding, median (range):\n")
-    print("| mode | " + " | ".join(PROCESSES) + " | all |")
-    print("|---|" + "---:|" * (len(PROCESSES) + 1))
+    others = [m for m in modes if "@" in m and m.partition("@")[0] in rates]
+    if others:
+        print("\n| mode | / the same mode under uvicorn, per round |")
+        print("|---|---:|")
+        for mode in others:
+            base = mode.partition("@")[0]
+            ratios = [a / b for a, b in zip(rates[mode], rates[base], strict=True)]
+            print(f"| {mode} | {summary(ratios, '.2f', 'x')} |")
+    print("\nCPU milliseconds per pod, first to last binding, median (range); the extender column is the")
+    print("process serving the mode (echo or Ballast, under its server), the other extenders sit idle:\n")
+    columns = ("extender", *PROCESSES[2:])
+    print("| mode | " + " | ".join(columns) + " | all |")
+    print("|---|" + "---:|" * (len(columns) + 1))
     for mode in modes:
-        cells = [summary([c[p] * 1000 for c in cpu[mode] if p in c], ".2f") for p in PROCESSES]
+        serving = split_mode(mode)[0] if mode != "none" else None
+        cells = []
+        for p in columns:
+            who = serving if p == "extender" else p
+            cells.append(summary([c[who] * 1000 for c in cpu[mode] if who in c], ".2f"))
         total = summary([sum(c.values()) * 1000 for c in cpu[mode]], ".2f")
         print(f"| {mode} | " + " | ".join(cells) + f" | {total} |")
 
@@ -342,10 +416,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
     parser.add_argument(
+        "--servers",
+        default="uvicorn",
+        help="ASGI servers for both extenders: uvicorn (as shipped), granian (modes NAME@granian)",
+    )
+    parser.add_argument(
         "--ballast-log-level", default="info", help="Ballast's --log-level (info: as deployed by default)"
     )
     args = parser.parse_args(argv)
-    modes = [m for m in args.modes.split(",") if m]
+    servers = [s for s in args.servers.split(",") if s]
+    base_modes = [m for m in args.modes.split(",") if m]
+    modes = [m + ("" if s == "uvicorn" or m == "none" else f"@{s}") for s in servers for m in base_modes]
+    modes = list(dict.fromkeys(modes))
     rng = random.Random(14)
     loads = [rng.uniform(0.10, 0.40) for _ in range(args.nodes)]
     results: dict[str, list[float]] = {m: [] for m in modes}
@@ -355,15 +437,15 @@ def main(argv: list[str] | None = None) -> int:
     with ControlPlane() as cp:
         api = Api(cp)
         names = create_nodes(api, args.nodes, loads)
-        with extenders(cp, args.ballast_log_level) as (urls, pids):
+        with extenders(cp, args.ballast_log_level, servers) as (urls, pids):
             for r in range(args.rounds):
                 for mode in modes:
                     refresh_loads(api, names, loads)
-                    pods = small_pods(args.pods, f"r{r}-{mode}")
+                    pods = small_pods(args.pods, f"r{r}-{mode.replace('@', '-')}")
                     rate, _, per_pod = drain(cp, api, mode_config(mode, urls), pods, pids=pids)
                     results[mode].append(rate)
                     cpu[mode].append(per_pod)
-                    used = " ".join(f"{p}={per_pod[p] * 1000:.2f}" for p in PROCESSES if p in per_pod)
+                    used = " ".join(f"{p}={v * 1000:.2f}" for p, v in per_pod.items())
                     print(f"  round {r + 1} {mode:13s} {rate:7.1f} pods/s  CPU ms/pod: {used}", flush=True)
     report(modes, results, cpu)
     print(f"\nload after: {os.getloadavg()}")

@@ -78,6 +78,30 @@ def echo_cmd(port: int) -> list[str]:
     ]
 
 
+def granian_cmd(target: str, port: int, factory: bool = False) -> list[str]:
+    """``target`` served by granian (Rust HTTP core, one worker process, one runtime thread)."""
+    return [
+        sys.executable,
+        "-m",
+        "granian",
+        "--interface",
+        "asgi",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--runtime-threads",
+        "1",
+        "--no-ws",
+        "--log-level",
+        "warning",
+        *(["--factory"] if factory else []),
+        target,
+    ]
+
+
 def ballast_cmd(port: int, policy: str, *extra: str) -> list[str]:
     return [
         sys.executable,

@@ -146,3 +146,29 @@ def measure(client: httpx.Client, url: str, body: bytes, count: int, warmup: int
     samples.sort()
     q = statistics.quantiles(samples, n=100, method="inclusive") if len(samples) > 1 else samples * 99
     return Timing(q[49], q[89], q[98], count / total)
+
+
+def measure_pair(
+    client: httpx.Client, urls: tuple[str, str], body: bytes, count: int, warmup: int = 3
+) -> tuple[Timing, Timing]:
+    """``measure`` for two servers with their requests alternating, so a load swing on a shared machine
+    hits both alike (measured one after the other, a swing lands on one of them and moves the ratio)."""
+    headers = {"Content-Type": "application/json"}
+    for url in urls:
+        for _ in range(warmup):
+            client.post(url, content=body, headers=headers).raise_for_status()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(count):
+        for url, out in zip(urls, samples, strict=True):
+            t = time.perf_counter()
+            r = client.post(url, content=body, headers=headers)
+            out.append(time.perf_counter() - t)
+            r.raise_for_status()
+    return _timing(samples[0]), _timing(samples[1])
+
+
+def _timing(samples: list[float]) -> Timing:
+    """Quantiles of ``samples``; the rate is one over their mean (requests back to back)."""
+    samples = sorted(samples)
+    q = statistics.quantiles(samples, n=100, method="inclusive") if len(samples) > 1 else samples * 99
+    return Timing(q[49], q[89], q[98], len(samples) / sum(samples))

@@ -4,7 +4,8 @@ The echo extender's bind must cost what creating a Binding costs at least, not w
 a floor that shared Ballast's client would carry its overhead too, and the ratio would hide it. So this
 reads the kubeconfig itself (server, CA, client certificate or bearer token) and POSTs with
 ``http.client`` over TLS, one keep-alive connection per thread (the server's worker threads each keep
-theirs), reconnecting once when the API server has closed an idle connection.
+theirs), reconnecting once when the API server has closed an idle connection and dropping a connection
+after any other failure.
 """
 
 from __future__ import annotations
@@ -79,8 +80,14 @@ class BindClient:
             self.local.conn = conn
         return conn
 
+    def _drop(self, conn: http.client.HTTPConnection) -> None:
+        conn.close()
+        self.local.conn = None
+
     def post(self, path: str, body: bytes) -> bytes:
-        """POST ``body``; returns the answer's bytes, raises ``ApiError`` on an error status."""
+        """POST ``body``; returns the answer's bytes, raises ``ApiError`` on an error status. A connection
+        that failed in any way is dropped (a timed-out one is left mid-request and would refuse every
+        later request); one the server closed while idle is retried once on a new connection."""
         for attempt in (0, 1):
             conn = self._connection()
             try:
@@ -89,10 +96,12 @@ class BindClient:
                 data = resp.read()
                 break
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                conn.close()
-                self.local.conn = None
+                self._drop(conn)
                 if attempt:
                     raise
+            except BaseException:
+                self._drop(conn)
+                raise
         if resp.status >= 300:
             raise ApiError(f"{resp.status}: {data[:300].decode(errors='replace')}")
         return data

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 with ballast(cp, policies[scoring]) as url:
                     refresh_loads(api, names, loads)
                     config = scheduler_config(url, bind=bind)
-                    _, placed = drain(cp, api, config, burst(f"r{r}-{scoring}-{'b' if bind else 'w'}"))
+                    _, placed, _ = drain(cp, api, config, burst(f"r{r}-{scoring}-{'b' if bind else 'w'}"))
                 per_node = Counter(placed.values())
                 over, spread = outcome(loads, [per_node.get(n, 0) for n in names], shape)
                 results[scoring, bind].append((over, spread))

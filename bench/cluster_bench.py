@@ -8,8 +8,15 @@ Modes alternate within one run of the bench, so machine noise hits them alike:
 - ``none``: kube-scheduler alone;
 - ``echo``: a bare FastAPI extender (``bench.echo_extender``: filter + prioritize, names mode) - the floor;
 - ``ballast``: ``ballast extender`` with the same verbs and its watch-driven cache;
-- ``echo-bind``: the echo extender also binding (it creates the Binding with the client Ballast uses);
+- ``echo-bind``: the echo extender also binding, with a minimal client that shares nothing with Ballast's
+  (``bench.bind_client``: the standard library's ``http.client`` over TLS, keep-alive per worker thread);
 - ``ballast-bind``: Ballast with bind, as ``scheduler-config-node-cache.yaml`` ships it.
+
+Each mode's pods/s is reported as the median with its range over the rounds, and as ratios computed within
+each round (this machine is shared, so absolute rates swing between rounds while a round's modes see the same
+load): Ballast over its echo floor, and every mode over kube-scheduler with no extender. The CPU seconds each
+process spends per pod between the first and the last binding (``/proc/PID/stat``) show where the time goes:
+the echo, Ballast, kube-scheduler, kube-apiserver, etcd and the bench itself (its pod watch).
 
     python -m bench.cluster_bench [--rounds 3] [--pods 500] [--nodes 100]
 
@@ -27,7 +34,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +42,7 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.harness import ballast_cmd, echo_cmd, free_port, serve
+from bench.harness import ballast_cmd, echo_cmd, free_port, granian_cmd, serve_process
 from tests.cluster.controlplane import ControlPlane, node_body, pod_body, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,13 +146,40 @@ def clear_pods(api: Api) -> None:
     wait_until(lambda: not api.pods(), None, "pods deleted", 120)
 
 
-class BindWatch:
-    """Watches pods from a resourceVersion and notes when each one is first seen bound."""
+def cpu_seconds(pid: int, tree: bool = True) -> float:
+    """User + system CPU seconds ``pid`` (all its threads) and, with ``tree``, its descendants use (granian
+    serves from a worker process), from ``/proc/PID/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total + (sum(cpu_seconds(child) for child in children(pid)) if tree else 0.0)
 
-    def __init__(self, cp: ControlPlane, expected: set[str]) -> None:
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(FileNotFoundError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    return out
+
+
+class BindWatch:
+    """Watches pods from a resourceVersion and notes when each one is first seen bound; reads every watched
+    process's CPU time at the first and at the last binding."""
+
+    def __init__(
+        self, cp: ControlPlane, expected: set[str], pids: Callable[[], dict[str, int]] = dict
+    ) -> None:
         self.expected = expected
         self.bound: dict[str, float] = {}
         self.node_of: dict[str, str] = {}
+        self.pids = pids
+        self.cpu_first: dict[str, float] = {}
+        self.cpu_last: dict[str, float] = {}
         self.done = threading.Event()
         self.api = Api(cp)
         rv = self.api.get("/api/v1/namespaces/default/pods")["metadata"]["resourceVersion"]
@@ -181,23 +215,50 @@ class BindWatch:
                 if node and name in self.expected and name not in self.bound:
                     self.bound[name] = time.monotonic()
                     self.node_of[name] = node
+                    if len(self.bound) == 1:
+                        self.cpu_first = self._cpu()
                     if len(self.bound) == len(self.expected):
+                        self.cpu_last = self._cpu()
                         self.done.set()
                         return
+
+    def _cpu(self) -> dict[str, float]:
+        # the bench's own process alone: the servers it started are its children
+        return {name: cpu_seconds(pid, name != "bench") for name, pid in self.pids().items()}
+
+    def cpu_per_pod(self) -> dict[str, float]:
+        """CPU seconds per pod of each process, from the first to the last binding."""
+        pods = max(len(self.bound) - 1, 1)
+        both = self.cpu_last.keys() & self.cpu_first.keys()
+        return {name: (self.cpu_last[name] - self.cpu_first[name]) / pods for name in both}
 
     def wait(self, timeout: float) -> bool:
         return self.done.wait(timeout)
 
 
 def drain(
-    cp: ControlPlane, api: Api, config: dict[str, Any], pods: list[dict[str, Any]], timeout: float = 120
-) -> tuple[float, dict[str, str]]:
+    cp: ControlPlane,
+    api: Api,
+    config: dict[str, Any],
+    pods: list[dict[str, Any]],
+    timeout: float = 120,
+    pids: dict[str, int] | None = None,
+) -> tuple[float, dict[str, str], dict[str, float]]:
     """Create the backlog with no scheduler running, start kube-scheduler, wait for every binding.
-    Returns pods per second from the first to the last binding, and pod -> node."""
+    Returns pods per second from the first to the last binding, pod -> node, and the CPU seconds per pod
+    of each process in ``pids`` (and of kube-scheduler, kube-apiserver, etcd) over the same span."""
     cp.stop_scheduler()
     clear_pods(api)
     names = {p["metadata"]["name"] for p in pods}
-    watch = BindWatch(cp, names)
+    watched = dict(pids or {})
+    watched |= {"kube-apiserver": cp.apiserver.proc.pid, "etcd": cp.etcd.proc.pid, "bench": os.getpid()}
+
+    def processes() -> dict[str, int]:
+        # kube-scheduler is known once spawned, before it can bind anything
+        scheduler = cp.scheduler
+        return watched | ({"kube-scheduler": scheduler.proc.pid} if scheduler is not None else {})
+
+    watch = BindWatch(cp, names, processes)
     for p in pods:
         api.post("/api/v1/namespaces/default/pods", p)
     cp.start_scheduler(config)
@@ -211,7 +272,7 @@ def drain(
     finally:
         cp.stop_scheduler()
     times = sorted(watch.bound.values())
-    return (len(times) - 1) / max(times[-1] - times[0], 1e-9), dict(watch.node_of)
+    return (len(times) - 1) / max(times[-1] - times[0], 1e-9), dict(watch.node_of), watch.cpu_per_pod()
 
 
 def small_pods(count: int, prefix: str) -> list[dict[str, Any]]:
@@ -221,32 +282,129 @@ def small_pods(count: int, prefix: str) -> list[dict[str, Any]]:
     ]
 
 
-@contextlib.contextmanager
-def extenders(cp: ControlPlane, log_level: str) -> Iterator[dict[str, str]]:
-    """The echo extender and Ballast (with its node cache), each in its own process."""
+def extender_cmds(cp: ControlPlane, server: str, log_level: str) -> dict[str, tuple[list[str], int, dict]]:
+    """The echo extender's and Ballast's commands for ``server``: name -> (argv, port, environment)."""
     echo_port, ballast_port = free_port(), free_port()
-    ballast = ballast_cmd(ballast_port, str(POLICY), "--kubeconfig", str(cp.kubeconfig), "--policy-poll", "0")
-    if log_level:
-        ballast[ballast.index("--log-level") + 1] = log_level
-    env = {"ECHO_KUBECONFIG": str(cp.kubeconfig)}
-    with serve(echo_cmd(echo_port), echo_port, env) as echo_url, serve(ballast, ballast_port) as ballast_url:
+    echo_env = {"ECHO_KUBECONFIG": str(cp.kubeconfig)}
+    suffix = "" if server == "uvicorn" else f"@{server}"
+    if server == "uvicorn":
+        ballast = ballast_cmd(
+            ballast_port, str(POLICY), "--kubeconfig", str(cp.kubeconfig), "--policy-poll", "0"
+        )
+        if log_level:
+            ballast[ballast.index("--log-level") + 1] = log_level
+        return {
+            "echo": (echo_cmd(echo_port), echo_port, echo_env),
+            "ballast": (ballast, ballast_port, {}),
+        }
+    ballast_env = {
+        "BALLAST_POLICY": str(POLICY),
+        "BALLAST_KUBECONFIG": str(cp.kubeconfig),
+        "BALLAST_LOG_LEVEL": log_level or "info",
+    }
+    return {
+        f"echo{suffix}": (granian_cmd("bench.echo_extender:app", echo_port), echo_port, echo_env),
+        f"ballast{suffix}": (
+            granian_cmd("bench.ballast_asgi:app", ballast_port, True),
+            ballast_port,
+            ballast_env,
+        ),
+    }
 
-        def ready() -> bool:
-            with urllib.request.urlopen(f"{ballast_url}/readyz", timeout=5) as resp:
-                return resp.status == 200
 
-        wait_until(ready, None, "ballast /readyz", 60)
-        yield {"echo": echo_url, "ballast": ballast_url}
+@contextlib.contextmanager
+def extenders(
+    cp: ControlPlane, log_level: str, servers: list[str]
+) -> Iterator[tuple[dict[str, str], dict[str, int]]]:
+    """The echo extender and Ballast (with its node cache) under each server, each in its own process:
+    their URLs and PIDs."""
+    urls: dict[str, str] = {}
+    pids: dict[str, int] = {}
+    with contextlib.ExitStack() as stack:
+        for server in servers:
+            for name, (argv, port, env) in extender_cmds(cp, server, log_level).items():
+                url, proc = stack.enter_context(serve_process(argv, port, env))
+                urls[name], pids[name] = url, proc.pid
+        for name, url in urls.items():
+            if name.startswith("ballast"):
+
+                def ready(url: str = url) -> bool:
+                    with urllib.request.urlopen(f"{url}/readyz", timeout=5) as resp:
+                        return resp.status == 200
+
+                wait_until(ready, None, f"{name} /readyz", 60)
+        yield urls, pids
+
+
+def split_mode(mode: str) -> tuple[str, bool]:
+    """``ballast-bind@granian`` -> (``ballast@granian``, True): the extender's process name, and bind."""
+    base, _, server = mode.partition("@")
+    name = base.removesuffix("-bind") + (f"@{server}" if server else "")
+    return name, base.endswith("-bind")
 
 
 def mode_config(mode: str, urls: dict[str, str]) -> dict[str, Any]:
     if mode == "none":
         return scheduler_config(None, False)
-    return scheduler_config(urls[mode.removesuffix("-bind")], mode.endswith("-bind"))
+    name, bind = split_mode(mode)
+    return scheduler_config(urls[name], bind)
 
 
-def summary(values: list[float]) -> str:
-    return f"{statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})"
+def summary(values: list[float], fmt: str = ".1f", unit: str = "") -> str:
+    """Median (min-max)."""
+    if not values:
+        return "-"
+    med, lo, hi = statistics.median(values), min(values), max(values)
+    return f"{med:{fmt}}{unit} ({lo:{fmt}}-{hi:{fmt}}{unit})"
+
+
+def floor_of(mode: str) -> str | None:
+    """The echo mode Ballast's ``mode`` is measured against (same server, same verbs)."""
+    return mode.replace("ballast", "echo", 1) if mode.startswith("ballast") else None
+
+
+PROCESSES = ("echo", "ballast", "kube-scheduler", "kube-apiserver", "etcd", "bench")
+
+
+def report(modes: list[str], rates: dict[str, list[float]], cpu: dict[str, list[dict[str, float]]]) -> None:
+    """The tables: pods/s and the within-round ratios, then CPU milliseconds per pod of each process."""
+    rounds = len(rates[modes[0]])
+    print(f"\n| mode | pods/s, median (range over {rounds} rounds) | / its echo floor, per round "
+          "| / no extender, per round |")  # fmt: skip
+    print("|---|---:|---:|---:|")
+    for mode in modes:
+        floor = floor_of(mode)
+        to_floor = [a / b for a, b in zip(rates[mode], rates[floor], strict=True)] if floor in rates else []
+        to_none = (
+            [a / b for a, b in zip(rates[mode], rates["none"], strict=True)]
+            if "none" in rates and mode != "none"
+            else []
+        )
+        print(
+            f"| {mode} | {summary(rates[mode])} | {summary(to_floor, '.2f', 'x')} "
+            f"| {summary(to_none, '.2f', 'x')} |"
+        )
+    others = [m for m in modes if "@" in m and m.partition("@")[0] in rates]
+    if others:
+        print("\n| mode | / the same mode under uvicorn, per round |")
+        print("|---|---:|")
+        for mode in others:
+            base = mode.partition("@")[0]
+            ratios = [a / b for a, b in zip(rates[mode], rates[base], strict=True)]
+            print(f"| {mode} | {summary(ratios, '.2f', 'x')} |")
+    print("\nCPU milliseconds per pod, first to last binding, median (range); the extender column is the")
+    print("process serving the mode (echo or Ballast, under its server), the other extenders sit idle:\n")
+    columns = ("extender", *PROCESSES[2:])
+    print("| mode | " + " | ".join(columns) + " | all |")
+    print("|---|" + "---:|" * (len(columns) + 1))
+    for mode in modes:
+        serving = split_mode(mode)[0] if mode != "none" else None
+        cells = []
+        for p in columns:
+            who = serving if p == "extender" else p
+            cells.append(summary([c[who] * 1000 for c in cpu[mode] if who in c], ".2f"))
+        total = summary([sum(c.values()) * 1000 for c in cpu[mode]], ".2f")
+        print(f"| {mode} | " + " | ".join(cells) + f" | {total} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,35 +416,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
     parser.add_argument(
+        "--servers",
+        default="uvicorn",
+        help="ASGI servers for both extenders: uvicorn (as shipped), granian (modes NAME@granian)",
+    )
+    parser.add_argument(
         "--ballast-log-level", default="info", help="Ballast's --log-level (info: as deployed by default)"
     )
     args = parser.parse_args(argv)
-    modes = [m for m in args.modes.split(",") if m]
+    servers = [s for s in args.servers.split(",") if s]
+    base_modes = [m for m in args.modes.split(",") if m]
+    modes = [m + ("" if s == "uvicorn" or m == "none" else f"@{s}") for s in servers for m in base_modes]
+    modes = list(dict.fromkeys(modes))
     rng = random.Random(14)
     loads = [rng.uniform(0.10, 0.40) for _ in range(args.nodes)]
     results: dict[str, list[float]] = {m: [] for m in modes}
-    print(f"cluster bench: {args.nodes} nodes, {args.pods} pods, {args.rounds} rounds")
+    cpu: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    print(f"cluster bench: {args.nodes} nodes, {args.pods} pods, {args.rounds} rounds, {os.cpu_count()} CPUs")
+    print(f"load before: {os.getloadavg()}")
     with ControlPlane() as cp:
         api = Api(cp)
         names = create_nodes(api, args.nodes, loads)
-        with extenders(cp, args.ballast_log_level) as urls:
+        with extenders(cp, args.ballast_log_level, servers) as (urls, pids):
             for r in range(args.rounds):
                 for mode in modes:
                     refresh_loads(api, names, loads)
-                    rate, _ = drain(cp, api, mode_config(mode, urls), small_pods(args.pods, f"r{r}-{mode}"))
+                    pods = small_pods(args.pods, f"r{r}-{mode.replace('@', '-')}")
+                    rate, _, per_pod = drain(cp, api, mode_config(mode, urls), pods, pids=pids)
                     results[mode].append(rate)
-                    print(f"  round {r + 1} {mode:13s} {rate:7.1f} pods/s", flush=True)
-    print(f"\n| mode | pods/s median (range over {args.rounds} runs) |")
-    print("|---|---:|")
-    for mode in modes:
-        print(f"| {mode} | {summary(results[mode])} |")
-    for ours, floor in (("ballast", "echo"), ("ballast-bind", "echo-bind")):
-        if results.get(ours) and results.get(floor):
-            ratios = [a / b for a, b in zip(results[ours], results[floor], strict=True)]
-            of_medians = statistics.median(results[ours]) / statistics.median(results[floor])
-            per_round = f"{min(ratios):.2f}-{max(ratios):.2f}x"
-            print(f"{ours}/{floor}: {of_medians:.2f}x of medians (per round {per_round})")
-    print(f"load after: {os.getloadavg()}")
+                    cpu[mode].append(per_pod)
+                    used = " ".join(f"{p}={v * 1000:.2f}" for p, v in per_pod.items())
+                    print(f"  round {r + 1} {mode:13s} {rate:7.1f} pods/s  CPU ms/pod: {used}", flush=True)
+    report(modes, results, cpu)
+    print(f"\nload after: {os.getloadavg()}")
     return 0
 
 

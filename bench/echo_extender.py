@@ -1,14 +1,21 @@
 """The floor: a bare extender that parses the request and returns its input, doing no scheduling work.
 
-It does what any extender must do (read the JSON body, write a JSON answer) with the same stack as
-Ballast (FastAPI, uvicorn, orjson), so the ratio Ballast/echo is the cost of Ballast's own decisions.
+It does what any extender must do (read the JSON body, write a JSON answer) with the same server stack as
+Ballast (FastAPI, uvicorn, orjson), so the ratio Ballast/echo is the cost of Ballast's own decisions. It
+shares no code with Ballast: its bind creates the Binding through ``bench.bind_client`` (the standard
+library's ``http.client`` over TLS, one keep-alive connection per worker thread), not through Ballast's
+Kubernetes client, so whatever that client costs shows in the ratio instead of cancelling out of it.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+
+from bench.bind_client import BindClient
 
 app = FastAPI()
 
@@ -41,25 +48,26 @@ async def prioritize(request: Request) -> Response:
     return _json([{"Host": n, "Score": 0} for n in names])
 
 
-_KUBE = None
+_CLIENT: BindClient | None = None
 
 
-def _kube():
-    """The same API client Ballast binds with, from ``ECHO_KUBECONFIG`` (the cluster bench sets it)."""
-    global _KUBE
-    if _KUBE is None:
+def _client() -> BindClient:
+    """The minimal client, from ``ECHO_KUBECONFIG`` (the cluster bench sets it)."""
+    global _CLIENT
+    if _CLIENT is None:
         import os
 
-        from common.kube import Kube, load_api_client
-
-        _KUBE = Kube(load_api_client(os.environ["ECHO_KUBECONFIG"]))
-    return _KUBE
+        _CLIENT = BindClient.from_kubeconfig(os.environ["ECHO_KUBECONFIG"])
+    return _CLIENT
 
 
 @app.post("/bind")
-def bind(body: dict) -> Response:
-    """Create the Binding and nothing else: the floor for an extender that binds (run in the thread pool,
-    as Ballast's bind is)."""
+async def bind(request: Request) -> Response:
+    """Create the Binding and nothing else: the floor for an extender that binds. The body is read as the
+    other verbs read theirs, and the call runs in asyncio's default executor, as Ballast's bind does (a
+    FastAPI sync route would validate the body and run it in anyio's pool of 40 threads, each with its own
+    TLS connection: more than a floor should cost)."""
+    body = orjson.loads(await request.body())
     ns, name = body.get("PodNamespace", ""), body.get("PodName", "")
     binding = {
         "apiVersion": "v1",
@@ -67,8 +75,9 @@ def bind(body: dict) -> Response:
         "metadata": {"name": name, "namespace": ns} | ({"uid": body["PodUID"]} if body.get("PodUID") else {}),
         "target": {"apiVersion": "v1", "kind": "Node", "name": body.get("Node", "")},
     }
+    path = f"/api/v1/namespaces/{ns}/pods/{name}/binding"
     try:
-        _kube().create(f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+        await asyncio.to_thread(_client().post, path, orjson.dumps(binding))
     except Exception as exc:  # the scheduler retries; the bench counts bindings, not errors
         return _json({"Error": str(exc)})
     return _json({"Error": ""})

@@ -25,6 +25,15 @@ def free_port() -> int:
 @contextlib.contextmanager
 def serve(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
     """Run a server command until its /docs or /healthz answers; stop it afterwards."""
+    with serve_process(argv, port, env) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_process(
+    argv: list[str], port: int, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``serve``, also giving the process (the cluster bench reads its CPU time)."""
     # stderr goes to a file, never an unread pipe: a server logging at info fills a pipe's 64 KB and then
     # blocks in its log handler, which stalled a long cluster bench.
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below, after the server)
@@ -43,7 +52,7 @@ def serve(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iter
                 time.sleep(0.1)
         else:
             raise RuntimeError("server did not start")
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
@@ -66,6 +75,30 @@ def echo_cmd(port: int) -> list[str]:
         "--no-access-log",
         "--log-level",
         "warning",
+    ]
+
+
+def granian_cmd(target: str, port: int, factory: bool = False) -> list[str]:
+    """``target`` served by granian (Rust HTTP core, one worker process, one runtime thread)."""
+    return [
+        sys.executable,
+        "-m",
+        "granian",
+        "--interface",
+        "asgi",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--runtime-threads",
+        "1",
+        "--no-ws",
+        "--log-level",
+        "warning",
+        *(["--factory"] if factory else []),
+        target,
     ]
 
 
@@ -113,3 +146,29 @@ def measure(client: httpx.Client, url: str, body: bytes, count: int, warmup: int
     samples.sort()
     q = statistics.quantiles(samples, n=100, method="inclusive") if len(samples) > 1 else samples * 99
     return Timing(q[49], q[89], q[98], count / total)
+
+
+def measure_pair(
+    client: httpx.Client, urls: tuple[str, str], body: bytes, count: int, warmup: int = 3
+) -> tuple[Timing, Timing]:
+    """``measure`` for two servers with their requests alternating, so a load swing on a shared machine
+    hits both alike (measured one after the other, a swing lands on one of them and moves the ratio)."""
+    headers = {"Content-Type": "application/json"}
+    for url in urls:
+        for _ in range(warmup):
+            client.post(url, content=body, headers=headers).raise_for_status()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(count):
+        for url, out in zip(urls, samples, strict=True):
+            t = time.perf_counter()
+            r = client.post(url, content=body, headers=headers)
+            out.append(time.perf_counter() - t)
+            r.raise_for_status()
+    return _timing(samples[0]), _timing(samples[1])
+
+
+def _timing(samples: list[float]) -> Timing:
+    """Quantiles of ``samples``; the rate is one over their mean (requests back to back)."""
+    samples = sorted(samples)
+    q = statistics.quantiles(samples, n=100, method="inclusive") if len(samples) > 1 else samples * 99
+    return Timing(q[49], q[89], q[98], len(samples) / sum(samples))

@@ -3,7 +3,8 @@
     python -m bench.names_bench [--sizes 1000,5000] [--requests N] [--updates-per-second 100]
 
 A fake API server (the tests' one, real REST paths and watches) holds the nodes; the extender runs in
-its own process with --kubeconfig pointing at it. Then the same requests run while a writer patches
+its own process with --kubeconfig pointing at it. Echo and Ballast requests alternate, so load swings on a
+shared machine hit both alike. Then the same requests run while a writer patches
 node annotations at --updates-per-second, to show that watch events do not slow requests down.
 """
 
@@ -20,7 +21,7 @@ import httpx
 import orjson
 
 from app.model.annotations import format_load
-from bench.harness import Timing, ballast_cmd, echo_cmd, free_port, measure, serve
+from bench.harness import Timing, ballast_cmd, echo_cmd, free_port, measure, measure_pair, serve
 from bench.nodes import make_nodes, pod
 from tests.fakekube import FakeKube
 
@@ -83,8 +84,7 @@ def main() -> None:
                 _wait_ready(ballast)
                 client = httpx.Client(timeout=60)
                 for verb in ("filter", "prioritize"):
-                    e = measure(client, f"{echo}/{verb}", body, args.requests)
-                    b = measure(client, f"{ballast}/{verb}", body, args.requests)
+                    e, b = measure_pair(client, (f"{echo}/{verb}", f"{ballast}/{verb}"), body, args.requests)
                     rows.append((size, verb, e, b))
                 quiet = measure(client, f"{ballast}/filter", body, args.requests)
                 stop = threading.Event()

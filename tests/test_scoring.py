@@ -5,6 +5,7 @@ And a burst through it spreads like water, also under kube-scheduler's own score
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import orjson
@@ -77,6 +78,31 @@ def test_relative_scores_best_ten_alone_the_others_seven_down_to_zero() -> None:
     assert relative_scores([0.4, 0.4, 0.4]) == [10, 10, 10]  # all equal: all best
     assert relative_scores([None, None]) == [0, 0]
     assert relative_scores([]) == []
+
+
+def _relative_by_definition(loads: list[float | None]) -> list[int]:
+    """``relative_scores`` as its docstring says, one candidate at a time (no fast paths)."""
+    known = [x for x in loads if x is not None]
+    if not known:
+        return [0] * len(loads)
+    best, worst = min(known), max(known)
+    out = []
+    for x in loads:
+        if x is None:
+            out.append(0)
+        elif worst - best <= 1e-9 or x <= best + 1e-9:
+            out.append(10)
+        else:
+            out.append(math.floor((best + (worst - best) - x) * (RUNNER_UP / (worst - best)) + 0.5))
+    return out
+
+
+@given(st.lists(st.one_of(st.none(), st.floats(0, 3)), max_size=40), st.booleans())
+def test_relative_scores_equal_the_definition_with_and_without_missing_loads(loads, complete) -> None:
+    """The fast path for candidates that all have information gives the same scores as the general one."""
+    if complete:
+        loads = [x for x in loads if x is not None]
+    assert relative_scores(loads) == _relative_by_definition(loads)
 
 
 loads_st = st.lists(st.one_of(st.none(), st.floats(-1, 3, allow_nan=False)), min_size=1, max_size=40)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.extender import extender as extender_module
 from app.extender.extender import Extender
 from app.extender.metrics import ExtenderMetrics
 from app.extender.wire import ExtenderArgs
@@ -144,6 +145,39 @@ def test_board_filter_and_prioritize_equal_the_oracle(scoring, deferred, specs, 
             loads[name] = make_load(name, spec)
             assert fast.board is not None
             fast.board.update([name], NOW)
+
+
+@given(specs=st.lists(node_st, min_size=1, max_size=12), pods=st.lists(pod_st, min_size=1, max_size=4))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+def test_relative_answer_is_the_same_bytes_from_fragments_and_from_fresh_dicts(specs, pods) -> None:
+    """Large relative answers are encoded from fresh dicts instead of the board's fragments
+    (``_FRAGMENTS_UP_TO``): both give the same bytes, for names the board lacks and a pod asked twice."""
+    loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
+    names = [*loads, "unknown"]
+    answers: dict[int, list[bytes]] = {}
+    for up_to in (len(names), 0):  # every request from fragments, then every one from dicts
+        ext = Extender(
+            PolicyStore(POLICY),
+            ExtenderMetrics(),
+            StaticSource(loads),
+            Ledger(POLICY, lambda: NOW),
+            lambda: NOW,
+        )
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(extender_module, "_FRAGMENTS_UP_TO", up_to)
+            for i, (cpu, mem) in enumerate(pods):
+                pod = {
+                    "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"},
+                    "spec": {
+                        "containers": [{"resources": {"requests": {"cpu": f"{cpu}m", "memory": str(mem)}}}]
+                    },
+                }
+                for _ in range(2):
+                    answer = ext.answering(ext.prioritize, ExtenderArgs(pod, None, names), encoded=True)
+                    ext.settle()
+                    answers.setdefault(up_to, []).append(answer)
+    assert answers[len(names)] == answers[0]
+    assert all(isinstance(a, bytes) for a in answers[0])
 
 
 def test_board_recomputes_when_values_expire() -> None:

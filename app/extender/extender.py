@@ -485,11 +485,14 @@ class Extender:
         numa_pod = self.numa.wants(pod_obj, pod)
         if not numa_pod:
             self._hold_best(pod, names, scores, now)
+        if encoded and not numa_pod and len(names) > _FRAGMENTS_UP_TO:
+            return orjson.dumps([{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)])
         if encoded and not numa_pod:
             frags = list(map(board.fragments.get, names))
             if None in frags:
                 frags = [f if f is not None else fragments(n) for f, n in zip(frags, names, strict=True)]
-            return b"[" + b",".join(map(tuple.__getitem__, frags, scores)) + b"]"
+            # a comprehension's tuple index is cheaper than calling tuple.__getitem__ through map
+            return b"[" + b",".join([f[s] for f, s in zip(frags, scores, strict=True)]) + b"]"
         out = [{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)]
         if numa_pod:
             self.numa.scores(pod_obj, pod, out)
@@ -606,6 +609,11 @@ _FEW_EXACT = 8
 _FEW_TIED = 8
 """Up to this many candidates tied at the top score, the hold weighs which one kube-scheduler will pick;
 more (a cluster of equal nodes, or none measured) is no real preference: the first one."""
+_FRAGMENTS_UP_TO = 2000
+"""Up to this many candidates a relative answer is joined from the board's pre-encoded fragments; above,
+orjson encodes fresh ``{"Host", "Score"}`` dicts (the same bytes). Measured on a busy 2-core machine, the
+fragments are faster up to about 2000 names (500: 57 against 90 us) and slower beyond, once their working
+set (eleven encoded answers per node) no longer stays in the CPU cache (5000: median 6.1 against 1.5 ms)."""
 
 
 def _positions(items: list[str], value: str) -> Iterator[int]:

@@ -95,11 +95,38 @@ def _api_error(status: int, reason: str, data: bytes | None) -> ApiError:
 
 
 class Kube:
-    """JSON requests to the API server through an official ``ApiClient``."""
+    """JSON requests to the API server through an official ``ApiClient``.
+
+    ``deadline(seconds)`` bounds every call a thread makes inside it by one shared deadline: a verb that
+    makes several calls (bind: a GET, a patch, the Binding) answers within its budget, however the time
+    is spent; a call that would start after the deadline fails at once with ``ApiError(0, "Timeout")``.
+    """
 
     def __init__(self, api_client: k8s_client.ApiClient, timeout: float = 10.0) -> None:
         self.api_client = api_client
         self.timeout = timeout
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """Every call of this thread inside the block shares ``seconds`` (nested blocks keep the earlier)."""
+        outer = getattr(self._local, "until", None)
+        until = time.monotonic() + seconds
+        self._local.until = until if outer is None else min(outer, until)
+        try:
+            yield
+        finally:
+            self._local.until = outer
+
+    def _budget(self, method: str, path: str) -> float:
+        """Seconds the next call may take: ``timeout``, or what is left of the thread's deadline."""
+        until = getattr(self._local, "until", None)
+        if until is None:
+            return self.timeout
+        left = until - time.monotonic()
+        if left <= 0:
+            raise ApiError(0, "Timeout", f"{method} {path}: the verb's deadline passed before this call")
+        return min(self.timeout, left)
 
     def _open(
         self,
@@ -124,7 +151,7 @@ class Kube:
         )
         try:
             return self.api_client.call_api(
-                *req, _request_timeout=timeout if timeout is not None else self.timeout
+                *req, _request_timeout=timeout if timeout is not None else self._budget(method, path)
             )
         except ApiException as exc:
             raise _api_error(

@@ -364,6 +364,11 @@ class ClusterCache:
         r = self.pods.get(uid)
         return r.info if r is not None else None
 
+    def bound_node(self, uid: str) -> str | None:
+        """The node the pod watch has seen this pod bound to, or ``None``."""
+        r = self.pods.get(uid)
+        return r.node if r is not None and r.node else None
+
     def pods_on(self, node: str) -> list[PodRecord]:
         with self.lock:
             return [self.pods[u] for u in self.pods_by_node.get(node, ()) if u in self.pods]
@@ -433,7 +438,7 @@ class ClusterCache:
     def parse(self, slim: Mapping[str, Any], policy: Any) -> NodeLoad:
         """Parse a node as of now, reporting bad annotations."""
         load = parse_node(slim, policy, self.clock())
-        if load.bad and self.on_bad is not None:
+        if (load.bad or load.ahead) and self.on_bad is not None:
             self.on_bad(load)
         return load
 

@@ -142,7 +142,7 @@ class Extender:
         load = self._parsed.get(meta["name"])
         if load is None or load.resource_version != rv or not rv:
             load = parse_node(node, policy, self.clock())
-            if load.bad:
+            if load.bad or load.ahead:
                 self.metrics.count_bad(load)
             self._parsed[load.name] = load
             # Nodes the bound pushed out leave the board too (its lookup no longer finds them).

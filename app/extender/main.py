@@ -35,6 +35,7 @@ from app.model.policy import Policy
 from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.kube import Kube
+from common.kube_http import LeanKube
 
 log = logging.getLogger("ballast.extender")
 
@@ -147,12 +148,20 @@ def create_app(
             result_key=result_key,
         )
     extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
+    verb_kube: Kube | None = None
     if kube is not None:
+        # The bind verb's API calls go through a lean client: one attempt each, one deadline per verb.
+        verb_kube = LeanKube(kube.api_client, kube.timeout) if kube.api_client is not None else kube
         load_check = LoadPreBind(
-            kube, ledger, store, cache.node, clock, lambda metric: metrics.binds_refused.labels(metric).inc()
+            verb_kube,
+            ledger,
+            store,
+            cache.node,
+            clock,
+            lambda metric: metrics.binds_refused.labels(metric).inc(),
         )
-        numa = NumaPreBind(kube, cache, store, extender.numa.seen, result_key)
-        binder = Binder(kube, ledger, clock, pre_bind=[load_check, numa])
+        numa = NumaPreBind(verb_kube, cache, store, extender.numa.seen, result_key)
+        binder = Binder(verb_kube, ledger, clock, pre_bind=[load_check, numa], bound_node=cache.bound_node)
     svc = Services(
         store=store,
         metrics=metrics,
@@ -191,6 +200,8 @@ def create_app(
                     await t
             if cache is not None:
                 await asyncio.to_thread(cache.stop)
+            if isinstance(verb_kube, LeanKube):
+                verb_kube.close()
 
     # FastAPIOffline serves Swagger UI from files in its package, not from a CDN: the docs page works on a
     # cluster without internet access. No ReDoc: its bundle still loads its logo from a CDN.

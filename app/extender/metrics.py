@@ -58,6 +58,13 @@ class ExtenderMetrics:
             ["metric"],
             registry=r,
         )
+        self.annotations_ahead = Counter(
+            "ballast_extender_annotations_ahead",
+            "Load annotations stamped ahead of the extender's clock when they arrived (clock skew), by "
+            "metric; estimates are ordered against the arrival time instead, so they keep counting.",
+            ["metric"],
+            registry=r,
+        )
         self.binds_refused = Counter(
             "ballast_extender_binds_refused",
             "Binds refused because the node would go over a limit with the pods placed since filter, by "
@@ -82,3 +89,5 @@ class ExtenderMetrics:
         """Count a parsed node's bad annotations (called once per parse, i.e. per node change)."""
         for metric in load.bad:
             self.bad_annotations.labels(metric).inc()
+        for metric in load.ahead:
+            self.annotations_ahead.labels(metric).inc()

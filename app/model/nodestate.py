@@ -27,6 +27,11 @@ class NodeLoad:
     bad: Mapping[str, str] = field(default_factory=dict)
     """Annotations present but unusable (metric or ``node_hot_value`` -> why): no information, in /nodes."""
 
+    @property
+    def ahead(self) -> list[str]:
+        """Metrics whose stamp was ahead of the extender's clock when the node arrived (counted)."""
+        return [m for m, s in self.samples.items() if s.ordered_at is not None]
+
 
 _MAX_QUANTITY = 2**53
 """Larger allocatable values are no information: no node has them, and JSON numbers end there."""

@@ -27,6 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from agent import __version__
 from agent.cpuset import CPUSet
 from agent.publisher import (
     KubeletConfigFile,
@@ -269,7 +270,7 @@ def run(
             "create pods can set (see the operator's guide, What the agent trusts)"
         )
     try:
-        api_client = load_api_client(args.kubeconfig)
+        api_client = load_api_client(args.kubeconfig, user_agent=f"ballast-agent/{__version__}")
     except KubeConfigError as e:
         log.error("%s", e)
         return 2

@@ -57,8 +57,14 @@ def cluster_configured(kubeconfig: str | None) -> bool:
     return bool(kubeconfig or os.environ.get("KUBECONFIG") or os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
-def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
-    """Build an ApiClient from an explicit kubeconfig, else ``KUBECONFIG``, else the in-cluster account."""
+def load_api_client(kubeconfig: str | None = None, user_agent: str | None = None) -> k8s_client.ApiClient:
+    """Build an ApiClient from an explicit kubeconfig, else ``KUBECONFIG``, else the in-cluster account.
+
+    urllib3's retries are off: every caller already retries on its own schedule (reflectors back off,
+    loops run again), and hidden retries multiplied a call's time (four attempts at the full timeout)
+    and logged a WARNING line per attempt. ``user_agent`` names the program in the API's audit log
+    (``ballast-extender/<version>``) instead of the generic ``OpenAPI-Generator/...``.
+    """
     cfg = k8s_client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
@@ -76,7 +82,11 @@ def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
     except Exception as exc:  # the loaders raise several unrelated types
         where = f"kubeconfig {path}" if path else "in-cluster service account"
         raise KubeConfigError(f"cannot load {where}: {exc}") from exc
-    return k8s_client.ApiClient(cfg)
+    cfg.retries = False
+    api_client = k8s_client.ApiClient(cfg)
+    if user_agent:
+        api_client.user_agent = user_agent
+    return api_client
 
 
 def _api_error(status: int, reason: str, data: bytes | None) -> ApiError:
@@ -272,6 +282,14 @@ class ReflectorStats:
     object_errors: int = 0
     """Events whose object the handler could not take (logged; the watch went on)."""
     last_error: str = ""
+    last_event: float | None = None
+    """``time.monotonic()`` of the last list, event or bookmark: the age of what the handler knows."""
+    failing_since: float | None = None
+    """``time.monotonic()`` of the first failure since the last good list or watch; ``None`` while healthy."""
+
+    def disconnected_for(self, now: float) -> float:
+        """Seconds the collection has been unreachable (0 while healthy)."""
+        return 0.0 if self.failing_since is None else max(0.0, now - self.failing_since)
 
 
 class Reflector:
@@ -281,7 +299,9 @@ class Reflector:
       bookmarks, so nothing is missed and nothing is replayed.
     - ``410 Gone`` (as an HTTP status or as an ERROR event in the stream) means the history is compacted:
       relist and replace the handler's state.
-    - Any other failure reconnects after a capped exponential backoff with jitter.
+    - Any other failure reconnects after a capped exponential backoff with jitter. The cap is
+      ``backoff_max`` for a collection never reached, and ``recover_max`` (a few seconds) once it was:
+      after an API-server outage the cache must follow again within seconds, not after 45 s.
     - Every ``resync_seconds`` it relists anyway, repairing any drift a lost event could have caused.
     """
 
@@ -297,6 +317,7 @@ class Reflector:
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
+        recover_max: float = 4.0,
         optional: bool = False,
     ) -> None:
         self.kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
@@ -308,6 +329,9 @@ class Reflector:
         self.watch_timeout_seconds = watch_timeout_seconds
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.recover_max = recover_max
+        self._reached = False
+        """Whether a list ever succeeded: then reconnects back off at most ``recover_max``."""
         self.optional = optional
         """A missing collection (404, e.g. a CRD not installed) counts as empty, and is retried."""
         self.missing = False
@@ -342,6 +366,9 @@ class Reflector:
         self.handler.replace(items, rv)
         self.resource_version = rv
         self.stats.lists += 1
+        self.stats.last_event = time.monotonic()
+        self.stats.failing_since = None
+        self._reached = True
         self.synced.set()
         log.debug("%s: listed %d objects at resourceVersion %s", self.name, len(items), rv)
 
@@ -391,10 +418,13 @@ class Reflector:
     def _failed(self, exc: Exception, backoff: float) -> float:
         self.stats.errors += 1
         self.stats.last_error = str(exc)
-        delay = backoff * (0.5 + random.random())
+        if self.stats.failing_since is None:
+            self.stats.failing_since = time.monotonic()
+        cap = self.recover_max if self._reached else self.backoff_max
+        delay = min(backoff, cap) * (0.5 + random.random())
         log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.name, exc, delay)
         self._stop.wait(delay)
-        return min(self.backoff_max, backoff * 2)
+        return min(cap, backoff * 2)
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         """Hand one event to the handler. An object the handler cannot take is logged and counted, and
@@ -418,6 +448,7 @@ class Reflector:
 
         def opened(resp: Any) -> None:
             self._response = resp
+            self.stats.failing_since = None
 
         try:
             for event in self.kube.watch(self.path, params, timeout, self._stop, on_open=opened):
@@ -427,6 +458,7 @@ class Reflector:
                     code = int(obj.get("code") or 0)
                     raise ApiError(code, str(obj.get("reason") or ""), str(obj.get("message") or ""), obj)
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
+                self.stats.last_event = time.monotonic()
                 if kind == "BOOKMARK":
                     if rv:
                         self.resource_version = str(rv)

@@ -346,10 +346,26 @@ class ClusterCache:
         deadline = time.monotonic() + timeout
         return all(r.wait_synced(max(0.0, deadline - time.monotonic())) for r in self.reflectors)
 
+    def stale_after(self) -> float:
+        """Seconds a watch may be disconnected before the cache counts as stale: the policy's shortest
+        sync period, after which the annotator has rewritten every load annotation at least once."""
+        return min(self.store.current.sync_periods.values(), default=60.0)
+
     def readiness(self) -> str | None:
         waiting = [r.name for r in self.reflectors if not r.synced.is_set()]
         if waiting:
             return f"cluster cache has not completed its first list of: {', '.join(waiting)}"
+        now, limit = time.monotonic(), self.stale_after()
+        stale = [
+            f"{r.name} ({r.stats.disconnected_for(now):.0f}s: {r.stats.last_error[:200]})"
+            for r in self.reflectors
+            if not r.optional and r.stats.disconnected_for(now) > limit
+        ]
+        if stale:
+            return (
+                f"cluster cache disconnected from the API server longer than {limit:.0f}s (the shortest "
+                f"sync period), verdicts may use stale nodes or pods: {', '.join(stale)}"
+            )
         return None
 
     # -- NodeSource ------------------------------------------------------------------------------

@@ -120,7 +120,8 @@ def run_extender(args: argparse.Namespace) -> int:
     kube = None
     if cluster_configured(args.kubeconfig):
         try:
-            kube = Kube(load_api_client(args.kubeconfig), timeout=args.api_timeout)
+            api_client = load_api_client(args.kubeconfig, user_agent=f"ballast-extender/{__version__}")
+            kube = Kube(api_client, timeout=args.api_timeout)
         except KubeConfigError as exc:
             log.error("%s", exc)
             return 2

@@ -173,6 +173,7 @@ def create_app(
     )
     if cache is not None:
         svc.readiness.append(cache.readiness)
+        metrics.watches.reflectors = lambda: cache.reflectors
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

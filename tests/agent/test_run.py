@@ -356,3 +356,15 @@ def test_run_flags_and_defaults() -> None:
 def test_bad_run_flags_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse(argv)
+
+
+def test_every_api_call_names_the_agent_in_its_user_agent(
+    fake_kube: FakeKube, node_env: dict[str, Path], agents: list[Agent]
+) -> None:
+    """Audit logs tell the agent's calls apart from any other client's (not ``OpenAPI-Generator/...``)."""
+    agent = Agent(agent_args(node_env, "--resync", "1m", "--cpu-manager", "off"))
+    agents.append(agent)
+    wait_for(lambda: nrt(fake_kube), what="the NRT")
+    agent.shutdown()
+    agents_seen = {r.headers.get("User-Agent", "") for r in fake_kube.requests}
+    assert agents_seen and all(ua.startswith("ballast-agent/") for ua in agents_seen), agents_seen

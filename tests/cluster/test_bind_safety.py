@@ -11,9 +11,12 @@ node of 8 CPUs annotated at 0.40 takes two 1-CPU pods (0.40 + 2 x 0.10625 = 0.61
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -49,11 +52,14 @@ def load(value: float, ahead: timedelta = timedelta(0)) -> dict[str, str]:
     return {"cpu_usage_avg_5m": f"{value:.5f},{stamp}"}
 
 
+API_TIMEOUT = 2.0
+
+
 @pytest.fixture
 def extender(cluster: ControlPlane) -> Iterator[tuple[TestClient, Any]]:
     cluster.kubectl("apply", "-f", str(CRD))
     cluster.kubectl("wait", "--for", "condition=Established", "--timeout", "120s", "-f", str(CRD))
-    kube = Kube(load_api_client(str(cluster.kubeconfig)), timeout=5.0)
+    kube = Kube(load_api_client(str(cluster.kubeconfig)), timeout=API_TIMEOUT)
     app = create_app(load_policy(POLICY), kube=kube, policy_poll_seconds=0, access_log=False)
     with TestClient(app) as client:
         assert app.state.services.cache.wait_synced(60)
@@ -171,3 +177,38 @@ def test_a_bind_without_a_uid_is_checked_like_any_other(cluster: ControlPlane, e
     assert len(bound_pods(cluster.core())) == 2, errors
     assert sum(1 for e in errors if not e) == 2
     assert len(placed(client, "nouid")) == 2
+
+
+@contextmanager
+def frozen(cluster: ControlPlane) -> Iterator[None]:
+    """kube-apiserver stopped (SIGSTOP): connections open, nothing answers, as in an overloaded server."""
+    assert cluster.apiserver is not None
+    pid = cluster.apiserver.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_bind_answers_within_the_api_timeout_when_the_api_server_freezes(
+    cluster: ControlPlane, extender
+) -> None:
+    """kube-scheduler gives up on a bind after its httpTimeout and retries it: a bind whose API calls
+    cannot finish must answer an error within ``--api-timeout`` (one deadline for the whole verb, no
+    retries hidden in the HTTP client), for a plain pod and for a NUMA pod (a GET and a patch first)."""
+    client, app = extender
+    create_nodes(cluster.core(), [node_body("slow", annotations=load(0.10))])
+    node_seen(app, "slow")
+    _numa_node(cluster, app, "slow-numa", zones=2, cpus=4)
+    exact = {"cpu": "2", "memory": "1Gi"}
+    plain = create_pods(cluster, ["plain"], requests={"cpu": "1"})
+    numa = create_pods(cluster, ["pinned"], requests=exact, limits=exact)
+    timings = {}
+    with frozen(cluster):
+        for name, uid, node in (("plain", plain["plain"], "slow"), ("pinned", numa["pinned"], "slow-numa")):
+            start = time.monotonic()
+            err = bind(client, name, uid, node)
+            timings[name] = time.monotonic() - start
+            assert err, f"{name}: a bind with the API server frozen cannot succeed"
+    assert all(t < API_TIMEOUT + 1.0 for t in timings.values()), timings

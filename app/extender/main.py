@@ -22,10 +22,16 @@ from app import __version__
 from app.extender import wire
 from app.extender.api import debug, errors, examples, health, verbs
 from app.extender.api.access import AccessLog
-from app.extender.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
+from app.extender.api.body import (
+    DEFAULT_BODY_TIMEOUT_SECONDS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BODY_BYTES_IN_FLIGHT,
+    BodyBudget,
+)
 from app.extender.api.state import Services
 from app.extender.bind import Binder
 from app.extender.cache import ClusterCache
+from app.extender.connections import RateLimitedLoopErrors
 from app.extender.extender import Extender
 from app.extender.load_bind import LoadPreBind
 from app.extender.metrics import ExtenderMetrics
@@ -122,6 +128,7 @@ def create_app(
     clock: Callable[[], float] = time.time,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS,
+    max_body_bytes_in_flight: int = DEFAULT_MAX_BODY_BYTES_IN_FLIGHT,
     scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
     result_key: bytes | None = None,
     access_log: bool = True,
@@ -170,6 +177,7 @@ def create_app(
         binder=binder,
         max_body_bytes=max_body_bytes,
         body_timeout=body_timeout,
+        body_budget=BodyBudget(max_body_bytes_in_flight),
     )
     if cache is not None:
         svc.readiness.append(cache.readiness)
@@ -179,6 +187,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks: list[asyncio.Task[Any]] = []
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(RateLimitedLoopErrors())
         if store.path is not None:
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 # Only possible in the main thread (the real server); tests call reload() directly.

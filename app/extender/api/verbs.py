@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from app.extender.api.body import BodyTimeout, BodyTooLarge, read_body
+from app.extender.api.body import BodyBudgetExceeded, BodyTimeout, BodyTooLarge, read_body
 from app.extender.api.responses import JSONBytes, error
 from app.extender.api.state import Services, services
 from app.extender.wire import filter_result, parse_binding_args, parse_extender_args, parse_object
@@ -145,12 +145,22 @@ def _after(verb: Verb, response: Response | None = None) -> None:
 
 
 async def answer(svc: Services, request: Request, verb: Verb) -> Response:
-    """Answer one verb: read the body, decide (in a thread when it does blocking I/O), count and time."""
+    """Answer one verb: read the body, decide (in a thread when it does blocking I/O), count and time.
+    The body's bytes count against the bytes in flight until the answer is ready, however it ends."""
+    held = [0]
+    try:
+        return await _answer(svc, request, verb, held)
+    finally:
+        svc.body_budget.give(held[0])
+
+
+async def _answer(svc: Services, request: Request, verb: Verb, held: list[int]) -> Response:
     start = time.perf_counter()
     code = "200"
     name = verb.name
     try:
-        body = await read_body(request, svc.max_body_bytes, svc.body_timeout)
+        body = await read_body(request, svc.max_body_bytes, svc.body_timeout, svc.body_budget)
+        held[0] = len(body)
         if verb.threaded:
             result = await asyncio.to_thread(verb.decide, body)
         else:
@@ -171,6 +181,12 @@ async def answer(svc: Services, request: Request, verb: Verb) -> Response:
         log.info("%s: body refused: %s", name, exc)
         response = error(413, "(body)", str(exc))
         response.headers["Connection"] = "close"
+    except BodyBudgetExceeded as exc:
+        code = "503"
+        log.info("%s: body refused: %s", name, exc)
+        response = error(503, "(body)", str(exc))
+        response.headers["Connection"] = "close"
+        response.headers["Retry-After"] = "1"
     except BodyTimeout as exc:
         code = "408"
         log.info("%s: %s", name, exc)

@@ -111,10 +111,19 @@ class CPUManagerSupervisor:
     update; nothing is started before the first successful publish.
     """
 
-    def __init__(self, factory: ManagerFactory | None) -> None:
+    def __init__(
+        self, factory: ManagerFactory | None, on_assignments: Callable[[], None] | None = None
+    ) -> None:
         self.factory = factory
         self.running: RunningManager | None = None
+        self.on_assignments = on_assignments
+        """Told when the running manager's pinned CPUs change (the loop republishes the NRT)."""
         self._last_error: str | None = None
+
+    def exclusive(self) -> dict[str, CPUSet] | None:
+        """The running manager's pinned CPUs per pod UID; ``None`` while none runs."""
+        running = self.running
+        return running.manager.exclusive() if running is not None else None
 
     def update(self, published: Published | None) -> None:
         if self.factory is None or published is None:
@@ -127,6 +136,7 @@ class CPUManagerSupervisor:
         if want and self.running is None:
             try:
                 self.running = self.factory(published.reserved)
+                self.running.manager.on_assignments = self.on_assignments
             except Exception as e:
                 message = f"cannot start the CPU manager: {type(e).__name__}: {e}"
                 if message != self._last_error:
@@ -135,6 +145,8 @@ class CPUManagerSupervisor:
                 return
             self._last_error = None
             log.info("CPU manager started (reserved CPUs: %s)", published.reserved or "none")
+            if self.on_assignments is not None:
+                self.on_assignments()  # publish its (restored) assignments, even none
 
     def _stop(self) -> None:
         running, self.running = self.running, None
@@ -314,7 +326,8 @@ def run(
     factory = (
         cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory) if enabled else None
     )
-    supervisor = CPUManagerSupervisor(factory)
+    supervisor = CPUManagerSupervisor(factory, on_assignments=wake.set)
+    publisher.exclusive = supervisor.exclusive
     signals = _install_signal_handlers(stop, wake)
     try:
         node_watch.start()

@@ -196,8 +196,6 @@ class _Pods:
         for uid in gone:
             self.cache.pod_gone(uid)
         for r in records.values():
-            if TOPOLOGY_RESULT_ANNOTATION in r.annotations:
-                self.cache.assumed.pop(r.uid, None)
             if r.uid not in old:
                 self.cache.pod_bound(r)
 
@@ -228,11 +226,8 @@ class _Pods:
                 self.cache.pods_by_node.setdefault(node, set()).add(uid)
         if record is None:
             self.cache.pod_gone(uid)
-        else:
-            if TOPOLOGY_RESULT_ANNOTATION in record.annotations:
-                self.cache.assumed.pop(record.uid, None)  # the real annotation replaces the assumption
-            if old is None or old.node != record.node:
-                self.cache.pod_bound(record)
+        elif old is None or old.node != record.node:
+            self.cache.pod_bound(record)
 
 
 class _Topologies:
@@ -398,16 +393,31 @@ class ClusterCache:
         return bool(self.pinning)
 
     def zone_usage(self, node: str) -> ZoneUsage:
-        """Exclusive CPUs taken per zone: topology results of the node's pods, plus bind-time assumptions."""
+        """Exclusive CPUs taken per zone, plus bind-time assumptions not yet visible there.
+
+        When the node's NRT says what the agent pins (``NodeTopology.held``), that is the truth for every
+        pod it lists, whatever its topology result said or whether it had one; a pod it does not list yet
+        counts by its trusted topology result, or by what bind assumed for it, until the NRT lists it.
+        Without that, trusted topology results count (the agent's rule, ``common.exclusive``). An
+        assumption leaves once the pod is counted otherwise, when the pod goes, or after its TTL: a
+        result the agent will not honour (an untrusted scheduler's) still takes CPUs the agent pins
+        somewhere, so it is not dropped when its annotation arrives."""
         usage = self.usage.get(node)
         if usage is None:
             usage = ZoneUsage()
             seen = set()
             topo = self.topologies.get(node)
+            held = topo.held if topo is not None else None
+            listed: set[str] = set()
+            if held is not None:
+                for zone, pods in held.items():
+                    for uid, cpus in pods.items():
+                        usage.add(f"uid {uid} (pinned by the agent)", [(zone, cpus * 1000, 0)])
+                        listed.add(uid)
+                seen |= listed
             for r in self.pods_on(node):
-                if TOPOLOGY_RESULT_ANNOTATION not in r.annotations or r.spec is None:
+                if r.uid in listed or TOPOLOGY_RESULT_ANNOTATION not in r.annotations or r.spec is None:
                     continue
-                seen.add(r.uid)  # the pod's own result replaces what bind assumed
                 sealed = None
                 if self.result_key is not None:
                     text, mark = (
@@ -418,6 +428,7 @@ class ClusterCache:
                 zones = exclusive_zones(r.spec, topo, self.allowed_schedulers, sealed)
                 if zones is not None:
                     usage.add(f"{r.namespace}/{r.name}", zones)
+                    seen.add(r.uid)  # its own result replaces what bind assumed
             with self.lock:
                 self.usage[node] = usage
             for uid in seen:

@@ -212,3 +212,33 @@ def test_a_bind_answers_within_the_api_timeout_when_the_api_server_freezes(
             timings[name] = time.monotonic() - start
             assert err, f"{name}: a bind with the API server frozen cannot succeed"
     assert all(t < API_TIMEOUT + 1.0 for t in timings.values()), timings
+
+
+def test_concurrent_numa_binds_of_an_untrusted_scheduler_never_overfill_a_zone(
+    cluster: ControlPlane, extender
+) -> None:
+    """With one kube-scheduler serving several profiles, the extender binds pods of schedulers whose
+    results the agent does not trust; the agent still pins them. Each bind's result must count until the
+    NRT shows what the agent holds: six 4-CPU pods onto two 8-CPU zones bind four, never six."""
+    client, app = extender
+    _numa_node(cluster, app, "untrusted", zones=2, cpus=8)
+    exact = {"cpu": "4", "memory": "1Gi"}
+    core = cluster.core()
+    uids = {}
+    for i in range(6):
+        body = pod_body(f"other-{i}", scheduler_name="other-scheduler", requests=exact, limits=exact)
+        uids[f"other-{i}"] = core.create_namespaced_pod("default", body).metadata.uid
+    with ThreadPoolExecutor(6) as pool:
+        errors = list(pool.map(lambda kv: bind(client, kv[0], kv[1], "untrusted"), uids.items()))
+    assert sum(1 for e in errors if not e) == 4, errors
+    time.sleep(1)  # the annotations arrive through the watch; the zones must still count them
+    usage = app.state.services.cache.zone_usage("untrusted")
+    assert usage.cpu_milli == {"node0": 8000, "node1": 8000}, usage
+    r = client.post(
+        "/filter",
+        json={
+            "Pod": core.api_client.sanitize_for_serialization(core.read_namespaced_pod("other-5", "default")),
+            "NodeNames": ["untrusted"],
+        },
+    ).json()
+    assert r["NodeNames"] == [] or r.get("FailedNodes"), r

@@ -72,3 +72,28 @@ def test_a_reflector_that_was_healthy_backs_off_a_few_seconds_at_most(caplog) ->
     assert backoff <= 4.0
     delay = float(caplog.records[-1].getMessage().rsplit("in ", 1)[1].rstrip("s"))
     assert delay <= 6.0
+
+
+def test_a_failed_call_is_one_attempt_with_no_urllib3_warnings(tmp_path: Path, caplog) -> None:
+    """No hidden retries: urllib3 retried each failed call three times (a WARNING line each, and three
+    times the timeout); the caller's own retry logs the failure once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: connections are refused
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    kube = Kube(load_api_client(str(config)), timeout=2.0)
+    with caplog.at_level(logging.DEBUG):
+        try:
+            kube.get("/api/v1/nodes")
+        except ApiError as exc:
+            assert exc.code == 0
+        else:
+            raise AssertionError("a refused connection cannot answer")
+    assert [r for r in caplog.records if r.name.startswith("urllib3") and r.levelno >= logging.WARNING] == []

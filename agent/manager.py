@@ -71,6 +71,9 @@ class ReconcileResult:
 
 
 class CPUManager:
+    on_assignments: Callable[[], None] | None = None
+    """Told after a reconcile changed which CPUs a pod holds (the agent republishes its NRT)."""
+
     """Assign CPUs to pods on one node and apply cpusets through a ``ContainerRuntime``."""
 
     def __init__(
@@ -192,14 +195,23 @@ class CPUManager:
     # --- reconcile ----------------------------------------------------------------------------------
 
     def reconcile_once(self) -> ReconcileResult:
-        """One pass (see the module docstring). Never raises for runtime or checkpoint failures."""
+        """One pass (see the module docstring). Never raises for runtime or checkpoint failures.
+        When the pods' pinned CPUs changed, ``on_assignments`` is told (the NRT publishes them)."""
         with self._reconcile_lock:
+            before = self.exclusive()
             started = time.perf_counter()
             result = self._reconcile()
             result.duration = time.perf_counter() - started
             if not result.skipped:
                 self.metrics.reconcile_duration.observe(result.duration)
-            return result
+            changed = self.exclusive() != before
+        if changed and self.on_assignments is not None:
+            self.on_assignments()
+        return result
+
+    def exclusive(self) -> dict[str, CPUSet]:
+        """Pod UID -> every CPU pinned for it (what the NRT publishes per zone)."""
+        return {uid: self._state.pod_cpus(uid) for uid in self._state.get_assignments()}
 
     def _reconcile(self) -> ReconcileResult:
         result = ReconcileResult()

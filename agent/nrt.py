@@ -22,7 +22,12 @@ from agent.reserved import reserved_cpus
 from agent.topology import CPUTopology
 from common.nrt_api import API_VERSION, KIND
 from common.quantity import QuantityError, parse_quantity
-from common.topology_annotations import AWARENESS_KEY, parse_go_bool
+from common.topology_annotations import (
+    AWARENESS_KEY,
+    EXCLUSIVE_PODS_ATTRIBUTE,
+    parse_go_bool,
+    render_zone_pods,
+)
 
 __all__ = [
     "CPU_MANAGER_DISABLED_ATTRIBUTE",
@@ -51,8 +56,12 @@ def build_nrt(
     kubelet: KubeletSettings,
     node_labels: Mapping[str, str] | None = None,
     reserved: CPUSet | None = None,
+    exclusive: Mapping[str, CPUSet] | None = None,
 ) -> dict[str, Any]:
     """The desired NRT object for a node.
+
+    ``exclusive`` (pod UID -> the CPUs the CPU manager pinned for it) is published per zone in the
+    ``EXCLUSIVE_PODS_ATTRIBUTE`` attribute, so the extender counts what the agent really holds.
 
     ``reserved`` defaults to the kubelet's reserved CPU set (``reserved_cpus``); pass it when the caller
     already computed it. Raises ``NotEnoughCPUsError`` when the kubelet reserves more CPUs than exist.
@@ -73,7 +82,7 @@ def build_nrt(
 
     zones = []
     for node in topology.numa_nodes:
-        cpus = topology.cpus_in_numa(node.id)
+        cpus = cpus_here = topology.cpus_in_numa(node.id)
         zone_reserved = len(cpus & reserved)
         capacity = {"cpu": str(len(cpus))}
         allocatable = {"cpu": str(len(cpus) - zone_reserved)}
@@ -91,6 +100,9 @@ def build_nrt(
             "allocatable": allocatable,
             "reservedCPUNums": zone_reserved,
         }
+        if exclusive is not None:
+            held = {uid: len(cpus & cpus_here) for uid, cpus in exclusive.items()}
+            zone["attributes"] = {EXCLUSIVE_PODS_ATTRIBUTE: render_zone_pods(held)}
         zones.append(zone)
 
     attributes = {}

@@ -264,6 +264,8 @@ class Publisher:
         self.ready = threading.Event()
         """Set after the first publish that left the object up to date (``/readyz``)."""
         self.published: Published | None = None
+        self.exclusive: Callable[[], Mapping[str, CPUSet] | None] = lambda: None
+        """The CPU manager's pinned CPUs per pod UID (``None`` while it does not run), published per zone."""
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()
         self._node: Mapping[str, Any] | None = None
@@ -322,6 +324,7 @@ class Publisher:
             kubelet=settings,
             node_labels=meta.get("labels") or {},
             reserved=reserved,
+            exclusive=self.exclusive() if self.cpu_manager_enabled else None,
         )
         if not self.cpu_manager_enabled and nrt["craneManagerPolicy"]["cpuManagerPolicy"] != "None":
             nrt["craneManagerPolicy"]["cpuManagerPolicy"] = "None"

@@ -27,6 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from agent import __version__
 from agent.cpuset import CPUSet
 from agent.publisher import (
     KubeletConfigFile,
@@ -110,10 +111,19 @@ class CPUManagerSupervisor:
     update; nothing is started before the first successful publish.
     """
 
-    def __init__(self, factory: ManagerFactory | None) -> None:
+    def __init__(
+        self, factory: ManagerFactory | None, on_assignments: Callable[[], None] | None = None
+    ) -> None:
         self.factory = factory
         self.running: RunningManager | None = None
+        self.on_assignments = on_assignments
+        """Told when the running manager's pinned CPUs change (the loop republishes the NRT)."""
         self._last_error: str | None = None
+
+    def exclusive(self) -> dict[str, CPUSet] | None:
+        """The running manager's pinned CPUs per pod UID; ``None`` while none runs."""
+        running = self.running
+        return running.manager.exclusive() if running is not None else None
 
     def update(self, published: Published | None) -> None:
         if self.factory is None or published is None:
@@ -126,6 +136,7 @@ class CPUManagerSupervisor:
         if want and self.running is None:
             try:
                 self.running = self.factory(published.reserved)
+                self.running.manager.on_assignments = self.on_assignments
             except Exception as e:
                 message = f"cannot start the CPU manager: {type(e).__name__}: {e}"
                 if message != self._last_error:
@@ -134,6 +145,8 @@ class CPUManagerSupervisor:
                 return
             self._last_error = None
             log.info("CPU manager started (reserved CPUs: %s)", published.reserved or "none")
+            if self.on_assignments is not None:
+                self.on_assignments()  # publish its (restored) assignments, even none
 
     def _stop(self) -> None:
         running, self.running = self.running, None
@@ -192,18 +205,6 @@ def cpu_manager_factory(
         return RunningManager(
             manager, manager.pod_reflector(kube, resync_seconds=POD_RELIST_SECONDS), reserved
         )
-
-    return start
-
-
-def _republishing(factory: ManagerFactory, wake: threading.Event) -> ManagerFactory:
-    """Managers that wake the publish loop when they assign or release CPUs, so the community NRT's
-    ``available`` follows assignments at once rather than at the next resync."""
-
-    def start(reserved: CPUSet) -> RunningManager:
-        running = factory(reserved)
-        running.manager.on_assignments = wake.set
-        return running
 
     return start
 
@@ -286,7 +287,7 @@ def run(
             "create pods can set (see the operator's guide, What the agent trusts)"
         )
     try:
-        api_client = load_api_client(args.kubeconfig)
+        api_client = load_api_client(args.kubeconfig, user_agent=f"ballast-agent/{__version__}")
     except KubeConfigError as e:
         log.error("%s", e)
         return 2
@@ -306,9 +307,9 @@ def run(
     factory = (
         cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory) if enabled else None
     )
-    if factory is not None and "community" in args.publish:
-        factory = _republishing(factory, wake)
-    supervisor = CPUManagerSupervisor(factory)
+    # A manager that assigns or releases CPUs wakes the publish loop: crane's zone status and the community
+    # object's ``available`` follow assignments at once rather than at the next resync.
+    supervisor = CPUManagerSupervisor(factory, on_assignments=wake.set)
     publisher = Publisher(
         kube,
         node_name,
@@ -319,6 +320,7 @@ def run(
         publish=args.publish,
         held=supervisor.held,
     )
+    publisher.exclusive = supervisor.exclusive
     log.info("publishing NodeResourceTopology: %s", ", ".join(sorted(args.publish)))
     server: HealthServer | None = None
     if args.metrics_port:

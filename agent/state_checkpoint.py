@@ -47,6 +47,17 @@ DEFAULT_STATE_PATH = Path("/var/lib/ballast/cpu_manager_state")
 _MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
+KEEP_SET_ASIDE = 3
+"""Rejected checkpoints kept beside the live one (the newest)."""
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be trusted; the message says why."""
 
@@ -250,6 +261,21 @@ class CheckpointState(MemoryState):
             default or "(empty)",
         )
 
+    def _prune_set_aside(self) -> None:
+        """Keep the newest ``KEEP_SET_ASIDE`` rejected checkpoints: one per restart piled up otherwise
+        (6 after 6 restarts with a corrupt file), and the newest say what went wrong."""
+        prefix = f"{self.path.name}.corrupt-"
+        try:
+            aside = [p for p in self.path.parent.iterdir() if p.name.startswith(prefix)]
+        except OSError:
+            return
+        aside.sort(key=lambda p: (_mtime(p), p.name), reverse=True)
+        for old in aside[KEEP_SET_ASIDE:]:
+            try:
+                old.unlink()
+            except OSError as e:
+                log.warning("cannot remove the old rejected checkpoint %s: %s", old, e)
+
     def _set_aside(self, kind: str, reason: str) -> None:
         stamp = datetime.fromtimestamp(self._clock(), tz=UTC).strftime("%Y%m%dT%H%M%SZ")
         target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
@@ -265,6 +291,7 @@ class CheckpointState(MemoryState):
             log.error("cannot move the rejected checkpoint %s aside: %s", self.path, e)
             moved = None
         self.recovery = Recovery(kind, reason, moved)
+        self._prune_set_aside()
         log.error(
             "CPU state checkpoint %s rejected (%s); kept as %s, rebuilding from the running pods",
             self.path,

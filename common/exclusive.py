@@ -1,7 +1,12 @@
 """Which pods hold exclusive CPUs, and which topology results are trusted: one rule for extender and agent.
 
-The agent pins CPUs by this rule and the extender counts a pod against a NUMA zone by it, so the two can
-never disagree about what a zone has free. A pod pins CPUs only when it is Guaranteed, asks for at least
+The agent pins CPUs by this rule. It also pins pods whose result it does not trust (the default
+scheduler's Guaranteed pods, pods created with ``nodeName``, unsealed or malformed results) on CPUs it
+chooses, which no rule on the extender's side can predict; so the agent publishes what it holds per zone
+in its NRT (``common.topology_annotations.EXCLUSIVE_PODS_ATTRIBUTE``), and the extender counts that, plus
+trusted results and its own bind-time assumptions for pods the NRT does not list yet. That is how the two
+never disagree about what a zone has free (``tests/test_numa_agreement.py``); this rule decides the rest.
+A pod pins CPUs only when it is Guaranteed, asks for at least
 one whole CPU and its policy is ``exclusive`` or ``immovable``; its topology result is honoured only when
 its scheduler is trusted, the result is well formed, names NUMA zones the node has and holds exactly the
 pod's exclusive CPUs. Pure: callers parse the pod (``common.podspec``) and pass what it says.

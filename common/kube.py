@@ -57,8 +57,14 @@ def cluster_configured(kubeconfig: str | None) -> bool:
     return bool(kubeconfig or os.environ.get("KUBECONFIG") or os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
-def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
-    """Build an ApiClient from an explicit kubeconfig, else ``KUBECONFIG``, else the in-cluster account."""
+def load_api_client(kubeconfig: str | None = None, user_agent: str | None = None) -> k8s_client.ApiClient:
+    """Build an ApiClient from an explicit kubeconfig, else ``KUBECONFIG``, else the in-cluster account.
+
+    urllib3's retries are off: every caller already retries on its own schedule (reflectors back off,
+    loops run again), and hidden retries multiplied a call's time (four attempts at the full timeout)
+    and logged a WARNING line per attempt. ``user_agent`` names the program in the API's audit log
+    (``ballast-extender/<version>``) instead of the generic ``OpenAPI-Generator/...``.
+    """
     cfg = k8s_client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
@@ -76,7 +82,11 @@ def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
     except Exception as exc:  # the loaders raise several unrelated types
         where = f"kubeconfig {path}" if path else "in-cluster service account"
         raise KubeConfigError(f"cannot load {where}: {exc}") from exc
-    return k8s_client.ApiClient(cfg)
+    cfg.retries = False
+    api_client = k8s_client.ApiClient(cfg)
+    if user_agent:
+        api_client.user_agent = user_agent
+    return api_client
 
 
 def _api_error(status: int, reason: str, data: bytes | None) -> ApiError:
@@ -95,11 +105,38 @@ def _api_error(status: int, reason: str, data: bytes | None) -> ApiError:
 
 
 class Kube:
-    """JSON requests to the API server through an official ``ApiClient``."""
+    """JSON requests to the API server through an official ``ApiClient``.
+
+    ``deadline(seconds)`` bounds every call a thread makes inside it by one shared deadline: a verb that
+    makes several calls (bind: a GET, a patch, the Binding) answers within its budget, however the time
+    is spent; a call that would start after the deadline fails at once with ``ApiError(0, "Timeout")``.
+    """
 
     def __init__(self, api_client: k8s_client.ApiClient, timeout: float = 10.0) -> None:
         self.api_client = api_client
         self.timeout = timeout
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """Every call of this thread inside the block shares ``seconds`` (nested blocks keep the earlier)."""
+        outer = getattr(self._local, "until", None)
+        until = time.monotonic() + seconds
+        self._local.until = until if outer is None else min(outer, until)
+        try:
+            yield
+        finally:
+            self._local.until = outer
+
+    def _budget(self, method: str, path: str) -> float:
+        """Seconds the next call may take: ``timeout``, or what is left of the thread's deadline."""
+        until = getattr(self._local, "until", None)
+        if until is None:
+            return self.timeout
+        left = until - time.monotonic()
+        if left <= 0:
+            raise ApiError(0, "Timeout", f"{method} {path}: the verb's deadline passed before this call")
+        return min(self.timeout, left)
 
     def _open(
         self,
@@ -124,7 +161,7 @@ class Kube:
         )
         try:
             return self.api_client.call_api(
-                *req, _request_timeout=timeout if timeout is not None else self.timeout
+                *req, _request_timeout=timeout if timeout is not None else self._budget(method, path)
             )
         except ApiException as exc:
             raise _api_error(
@@ -245,6 +282,14 @@ class ReflectorStats:
     object_errors: int = 0
     """Events whose object the handler could not take (logged; the watch went on)."""
     last_error: str = ""
+    last_event: float | None = None
+    """``time.monotonic()`` of the last list, event or bookmark: the age of what the handler knows."""
+    failing_since: float | None = None
+    """``time.monotonic()`` of the first failure since the last good list or watch; ``None`` while healthy."""
+
+    def disconnected_for(self, now: float) -> float:
+        """Seconds the collection has been unreachable (0 while healthy)."""
+        return 0.0 if self.failing_since is None else max(0.0, now - self.failing_since)
 
 
 class Reflector:
@@ -254,7 +299,9 @@ class Reflector:
       bookmarks, so nothing is missed and nothing is replayed.
     - ``410 Gone`` (as an HTTP status or as an ERROR event in the stream) means the history is compacted:
       relist and replace the handler's state.
-    - Any other failure reconnects after a capped exponential backoff with jitter.
+    - Any other failure reconnects after a capped exponential backoff with jitter. The cap is
+      ``backoff_max`` for a collection never reached, and ``recover_max`` (a few seconds) once it was:
+      after an API-server outage the cache must follow again within seconds, not after 45 s.
     - Every ``resync_seconds`` it relists anyway, repairing any drift a lost event could have caused.
     """
 
@@ -270,6 +317,7 @@ class Reflector:
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
+        recover_max: float = 4.0,
         optional: bool = False,
     ) -> None:
         self.kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
@@ -281,6 +329,9 @@ class Reflector:
         self.watch_timeout_seconds = watch_timeout_seconds
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.recover_max = recover_max
+        self._reached = False
+        """Whether a list ever succeeded: then reconnects back off at most ``recover_max``."""
         self.optional = optional
         """A missing collection (404, e.g. a CRD not installed) counts as empty, and is retried."""
         self.missing = False
@@ -319,6 +370,9 @@ class Reflector:
         self.resource_version = rv
         self.failing = ""
         self.stats.lists += 1
+        self.stats.last_event = time.monotonic()
+        self.stats.failing_since = None
+        self._reached = True
         self.synced.set()
         log.debug("%s: listed %d objects at resourceVersion %s", self.name, len(items), rv)
 
@@ -369,10 +423,13 @@ class Reflector:
         self.stats.errors += 1
         self.stats.last_error = str(exc)
         self.failing = str(exc) or type(exc).__name__
-        delay = backoff * (0.5 + random.random())
+        if self.stats.failing_since is None:
+            self.stats.failing_since = time.monotonic()
+        cap = self.recover_max if self._reached else self.backoff_max
+        delay = min(backoff, cap) * (0.5 + random.random())
         log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.name, exc, delay)
         self._stop.wait(delay)
-        return min(self.backoff_max, backoff * 2)
+        return min(cap, backoff * 2)
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         """Hand one event to the handler. An object the handler cannot take is logged and counted, and
@@ -397,6 +454,7 @@ class Reflector:
         def opened(resp: Any) -> None:
             self._response = resp
             self.failing = ""
+            self.stats.failing_since = None
 
         try:
             for event in self.kube.watch(self.path, params, timeout, self._stop, on_open=opened):
@@ -406,6 +464,7 @@ class Reflector:
                     code = int(obj.get("code") or 0)
                     raise ApiError(code, str(obj.get("reason") or ""), str(obj.get("message") or ""), obj)
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
+                self.stats.last_event = time.monotonic()
                 if kind == "BOOKMARK":
                     if rv:
                         self.resource_version = str(rv)

@@ -129,3 +129,27 @@ def render_topology_result(zones: Iterable[tuple[str, int, int]]) -> str:
             capacity["memory"] = format_quantity(mem, "BinarySI")
         out.append({"name": name, "type": "Node", "resources": {"capacity": capacity}})
     return orjson.dumps(out).decode()
+
+
+EXCLUSIVE_PODS_ATTRIBUTE = "ballast.io/exclusive-pods"
+"""NRT zone attribute the agent writes: the pods holding exclusive CPUs in that zone and how many,
+``"<pod uid>=<cpus>,..."`` (sorted, ``""`` for none). The extender counts a zone's CPUs from it, so the two
+agree on every pod the agent pinned, whatever its topology result said (or whether it had one)."""
+
+
+def render_zone_pods(pods: dict[str, int]) -> str:
+    """``{uid: cpus}`` as the zone attribute's text."""
+    return ",".join(f"{uid}={cpus}" for uid, cpus in sorted(pods.items()) if cpus > 0)
+
+
+def parse_zone_pods(text: object) -> dict[str, int] | None:
+    """The zone attribute's ``{uid: cpus}``; ``None`` when it is not the agent's format."""
+    if not isinstance(text, str):
+        return None
+    out: dict[str, int] = {}
+    for part in filter(None, text.split(",")):
+        uid, sep, cpus = part.partition("=")
+        if not sep or not uid or not cpus.isdigit():
+            return None
+        out[uid] = out.get(uid, 0) + int(cpus)
+    return out

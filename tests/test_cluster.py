@@ -184,7 +184,7 @@ def test_bind_creates_binding_and_moves_the_estimate(cluster, fake_kube) -> None
         ("missing", "404"),
         ("uid", "409"),
         ("server", "500"),
-        ("timeout", "Unavailable"),
+        ("timeout", "Timeout"),
     ],
 )
 def test_bind_errors_come_back_in_error(cluster, fake_kube, setup: str, expect: str) -> None:

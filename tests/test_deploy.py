@@ -65,6 +65,8 @@ KINDS = {
     "Service": ("v1", True),
     "ClusterRole": ("rbac.authorization.k8s.io/v1", False),
     "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", False),
+    "ValidatingAdmissionPolicy": ("admissionregistration.k8s.io/v1", False),
+    "ValidatingAdmissionPolicyBinding": ("admissionregistration.k8s.io/v1", False),
     "Role": ("rbac.authorization.k8s.io/v1", True),
     "RoleBinding": ("rbac.authorization.k8s.io/v1", True),
     "Deployment": ("apps/v1", True),
@@ -392,9 +394,14 @@ def test_the_kustomization_lists_every_file_and_stays_inside_its_root() -> None:
         {"name": "ballast", "newName": "ballast", "newTag": __version__},
         {"name": name, "newTag": tag},
     ]
-    # optional/ holds grants for non-default flags only
+    # optional/ holds grants for non-default flags, and the annotator's admission policy
     optional = [d for p, docs in FILES.items() if p.parent.name == "optional" for d in docs]
-    assert optional and {d["kind"] for d in optional} == {"ClusterRole", "ClusterRoleBinding"}
+    assert optional and {d["kind"] for d in optional} == {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
 
 
 def kubectl() -> str:

@@ -571,7 +571,11 @@ def test_every_rbac_object_belongs_to_a_component() -> None:
         if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
             subjects = {(s.get("namespace"), s["name"]) for s in d["subjects"]}
             assert subjects <= audited, f"{d['kind']} {d['metadata']['name']} binds {subjects - audited}"
-    bound = {(d["roleRef"]["kind"], d["roleRef"]["name"]) for d in docs if d["kind"].endswith("Binding")}
+    bound = {
+        (d["roleRef"]["kind"], d["roleRef"]["name"])
+        for d in docs
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+    }
     for d in docs:
         if d["kind"] in ("Role", "ClusterRole"):
             assert (d["kind"], d["metadata"]["name"]) in bound, (

@@ -217,7 +217,7 @@ def test_bind_writes_annotation_then_binding_and_agent_reads_it(numa, fake_kube)
     assert agent_view.exclusive_cpus == 4 and stored["spec"]["nodeName"] == N1
     # the assumption counts at once, then the pod's own annotation replaces it
     cache = app.state.services.cache
-    wait_for(lambda: uid not in cache.assumed and cache.zone_usage(N1).cpu_milli.get("node0") == 4000)
+    wait_for(lambda: cache.zone_usage(N1).cpu_milli.get("node0") == 4000 and uid not in cache.assumed)
 
 
 def test_binding_failure_rolls_the_annotation_back(numa, fake_kube) -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from agent.cpuset import CPUSet
 from agent.policy import StaticPolicy
+from agent.state import MemoryState
 from app.extender.cache import pod_record
 from app.extender.numa import exclusive_zones, numa_request, parse_nrt
 from app.model.podinfo import pod_info
@@ -199,3 +200,81 @@ def test_one_daemonset_rule_for_estimates_and_numa(owner: dict, daemonset: bool)
     assert pod_info(pod).daemonset is daemonset
     assert parse_pod(pod).daemonset is daemonset
     assert (numa_request(pod) is None) is daemonset
+
+
+def _pinned_by_the_agent(pods: list[dict], key: bytes | None = None) -> tuple[MemoryState, dict[int, int]]:
+    """Run the agent's own policy over ``pods`` (in order) and return its state and CPUs held per NUMA."""
+    policy = StaticPolicy(DUAL_SOCKET_HT, CPUSet(), allowed_schedulers=[TRUSTED], result_key=key)
+    state = MemoryState(DUAL_SOCKET_HT.all_cpus)
+    for p in pods:
+        info = parse_pod(p)
+        decision = policy.decide(info)
+        if decision.pins:
+            allocation = policy.allocate(state, info, decision)
+            assert allocation is not None, p["metadata"]["name"]
+            allocation.apply(state)
+    per_numa: dict[int, int] = {}
+    for uid in state.get_assignments():
+        for numa_id in DUAL_SOCKET_HT.numa_ids:
+            per_numa[numa_id] = per_numa.get(numa_id, 0) + len(
+                state.pod_cpus(uid) & DUAL_SOCKET_HT.cpus_in_numa(numa_id)
+            )
+    return state, per_numa
+
+
+def test_extender_and_agent_agree_on_pods_without_a_trusted_result() -> None:
+    """The pods the agent pins on its own choice (issue 21, item 3): a Guaranteed pod of the default
+    scheduler, a pod created with ``nodeName``, an unsealed result (with a key), a malformed result, a
+    result of an untrusted scheduler. With the agent's assignments published per zone in the NRT, the
+    extender counts exactly what the agent holds in every zone."""
+    from agent.kubelet_config import KubeletSettings
+    from agent.nrt import build_nrt
+    from app.extender.cache import ClusterCache
+    from app.model.policy import load_policy
+    from app.model.policy_store import PolicyStore
+    from tests.conftest import POLICY_FILE
+
+    def pod(name: str, cpus: int, scheduler: str, result: str | None = None) -> dict:
+        p = guaranteed(name, cpus)
+        p["metadata"]["uid"] = f"uid-{name}"
+        p["spec"]["schedulerName"] = scheduler
+        p["spec"]["nodeName"] = N1
+        p["status"] = {"phase": "Running"}
+        if result is not None:
+            p["metadata"]["annotations"][RESULT] = result
+        return p
+
+    good = render_topology_result((("node0", 2, 0),))
+    pods = [
+        pod("default", 2, "default-scheduler"),
+        pod("direct", 1, "default-scheduler"),  # created with nodeName: no scheduler ever saw it
+        pod("unsealed", 2, TRUSTED, good),  # with a key, an unsealed result is not trusted
+        pod("malformed", 1, TRUSTED, "[{not json"),
+        pod("untrusted", 2, "other-scheduler", good),
+    ]
+    key = b"k" * 32
+    state, per_numa = _pinned_by_the_agent(pods, key)
+    assert sum(per_numa.values()) == 8
+    nrt = build_nrt(
+        node_name=N1,
+        node_uid="n1",
+        topology=DUAL_SOCKET_HT,
+        kubelet=KubeletSettings(),
+        exclusive={uid: state.pod_cpus(uid) for uid in state.get_assignments()},
+    )
+    nrt["craneManagerPolicy"]["cpuManagerPolicy"] = "Static"
+    cache = ClusterCache(None, PolicyStore(load_policy(POLICY_FILE)), result_key=key)  # type: ignore[arg-type]
+    cache.topologies[N1] = parse_nrt(nrt)
+    for p in pods:
+        r = pod_record(p)
+        cache.pods[r.uid] = r
+        cache.pods_by_node.setdefault(N1, set()).add(r.uid)
+    usage = cache.zone_usage(N1)
+    assert {int(z[4:]): m // 1000 for z, m in usage.cpu_milli.items() if m} == {
+        n: c for n, c in per_numa.items() if c
+    }
+    # and without the published assignments, none of these pods would count (the old disagreement)
+    del nrt["zones"][0]["attributes"]
+    cache.topologies[N1] = parse_nrt(nrt)
+    cache.usage.clear()
+    assert sum(cache.zone_usage(N1).cpu_milli.values()) == 0

@@ -139,7 +139,7 @@ def test_bind_seals_the_result_and_the_agent_accepts_it(sealed, fake_kube) -> No
     )
     assert decision.zones == ((0, 4),) and decision.rejected is None
     cache = app.state.services.cache
-    wait_for(lambda: uid not in cache.assumed and cache.zone_usage(N1).cpu_milli.get("node0") == 4000)
+    wait_for(lambda: cache.zone_usage(N1).cpu_milli.get("node0") == 4000 and uid not in cache.assumed)
 
 
 def test_with_a_key_a_forged_result_takes_nothing_from_a_zone(sealed, fake_kube) -> None:

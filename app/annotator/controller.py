@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +33,7 @@ from app.annotator.plan import NodePatch, PatchPlanner
 from app.annotator.prometheus import Vector
 from app.annotator.schedule import Schedule
 from app.annotator.sources import NodeIndex
-from app.model.annotations import HOT_VALUE_KEY
+from app.model.annotations import HOT_VALUE_KEY, MAX_LOAD_RATIO
 from app.model.policy import Policy
 from common.kube import ApiError, Kube, path_for
 
@@ -49,6 +50,20 @@ log = logging.getLogger("ballast.annotator")
 
 PERCENT = 100.0
 """crane's recording rules give percentages; annotations carry ratios."""
+
+
+def as_ratio(percent: float) -> float | None:
+    """The annotation ratio of a percentage, or ``None`` when it cannot be one: the extender's rule
+    (``read_sample``), applied before writing. Not finite, negative or above ``MAX_LOAD_RATIO`` (1000 %)
+    is a broken source, not a load: nothing is written (clamping 1e308 to 1.00000 and refreshing it kept
+    a node rejected for as long as the source was broken). Between 100 % and 1000 % is written as
+    measured (an overcommitted node exceeds its allocatable). ``-0`` becomes ``0``."""
+    if not math.isfinite(percent) or percent < 0:
+        return None
+    ratio = percent / PERCENT
+    return ratio + 0.0 if ratio <= MAX_LOAD_RATIO else None
+
+
 _LOGGED_CONFLICTS = 3
 
 
@@ -231,8 +246,18 @@ class Annotator:
                     self.match_label,
                     example,
                 )
+            refused = 0
             for node, value in matched.values.items():
-                loads.setdefault(node, {})[metric] = min(value / PERCENT, 1.0)
+                ratio = as_ratio(value)
+                if ratio is None:
+                    refused += 1
+                    matched.unusable[node] = value
+                    report.without_data[metric] = report.without_data.get(metric, 0) + 1
+                    continue
+                loads.setdefault(node, {})[metric] = ratio
+            if refused:
+                self.metrics.refused_values.labels(metric).inc(refused)
+                self.metrics.nodes_without_data.labels(metric).set(report.without_data[metric])
             report.synced.append(metric)
             self.metrics.last_success.labels(metric).set(now)
 

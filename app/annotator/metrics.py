@@ -65,6 +65,13 @@ class AnnotatorMetrics:
             ["metric"],
             registry=r,
         )
+        self.refused_values = Counter(
+            "ballast_annotator_refused_values",
+            "Values that cannot be a load ratio (above 1000 %: a broken source), by metric; nothing is "
+            "written for that node (the extender would refuse the annotation too).",
+            ["metric"],
+            registry=r,
+        )
         self.malformed_samples = Counter(
             "ballast_annotator_malformed_samples",
             "Items of a Prometheus answer skipped because they were not a sample (not an object, no "

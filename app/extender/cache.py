@@ -198,8 +198,6 @@ class _Pods:
         for uid in gone:
             self.cache.pod_gone(uid)
         for r in records.values():
-            if TOPOLOGY_RESULT_ANNOTATION in r.annotations:
-                self.cache.assumed.pop(r.uid, None)
             if r.uid not in old:
                 self.cache.pod_bound(r)
 
@@ -230,12 +228,9 @@ class _Pods:
                 self.cache.pods_by_node.setdefault(node, set()).add(uid)
         if record is None:
             self.cache.pod_gone(uid)
-        else:
-            if TOPOLOGY_RESULT_ANNOTATION in record.annotations:
-                self.cache.assumed.pop(record.uid, None)  # the real annotation replaces the assumption
-            if old is None or old.node != record.node:
-                self.cache.community.pod_appeared(obj, record)
-                self.cache.pod_bound(record)
+        elif old is None or old.node != record.node:
+            self.cache.community.pod_appeared(obj, record)
+            self.cache.pod_bound(record)
 
 
 class _Topologies:
@@ -365,10 +360,26 @@ class ClusterCache:
         deadline = time.monotonic() + timeout
         return all(r.wait_synced(max(0.0, deadline - time.monotonic())) for r in self.reflectors)
 
+    def stale_after(self) -> float:
+        """Seconds a watch may be disconnected before the cache counts as stale: the policy's shortest
+        sync period, after which the annotator has rewritten every load annotation at least once."""
+        return min(self.store.current.sync_periods.values(), default=60.0)
+
     def readiness(self) -> str | None:
         waiting = [r.name for r in self.reflectors if not r.synced.is_set()]
         if waiting:
             return f"cluster cache has not completed its first list of: {', '.join(waiting)}"
+        now, limit = time.monotonic(), self.stale_after()
+        stale = [
+            f"{r.name} ({r.stats.disconnected_for(now):.0f}s: {r.stats.last_error[:200]})"
+            for r in self.reflectors
+            if not r.optional and r.stats.disconnected_for(now) > limit
+        ]
+        if stale:
+            return (
+                f"cluster cache disconnected from the API server longer than {limit:.0f}s (the shortest "
+                f"sync period), verdicts may use stale nodes or pods: {', '.join(stale)}"
+            )
         return None
 
     # -- NodeSource ------------------------------------------------------------------------------
@@ -383,6 +394,11 @@ class ClusterCache:
         r = self.pods.get(uid)
         return r.info if r is not None else None
 
+    def bound_node(self, uid: str) -> str | None:
+        """The node the pod watch has seen this pod bound to, or ``None``."""
+        r = self.pods.get(uid)
+        return r.node if r is not None and r.node else None
+
     def pods_on(self, node: str) -> list[PodRecord]:
         with self.lock:
             return [self.pods[u] for u in self.pods_by_node.get(node, ()) if u in self.pods]
@@ -396,16 +412,31 @@ class ClusterCache:
         return bool(self.pinning)
 
     def zone_usage(self, node: str) -> ZoneUsage:
-        """Exclusive CPUs taken per zone: topology results of the node's pods, plus bind-time assumptions."""
+        """Exclusive CPUs taken per zone, plus bind-time assumptions not yet visible there.
+
+        When the node's NRT says what the agent pins (``NodeTopology.held``), that is the truth for every
+        pod it lists, whatever its topology result said or whether it had one; a pod it does not list yet
+        counts by its trusted topology result, or by what bind assumed for it, until the NRT lists it.
+        Without that, trusted topology results count (the agent's rule, ``common.exclusive``). An
+        assumption leaves once the pod is counted otherwise, when the pod goes, or after its TTL: a
+        result the agent will not honour (an untrusted scheduler's) still takes CPUs the agent pins
+        somewhere, so it is not dropped when its annotation arrives."""
         usage = self.usage.get(node)
         if usage is None:
             usage = ZoneUsage()
             seen = set()
             topo = self.topologies.get(node)
+            held = topo.held if topo is not None else None
+            listed: set[str] = set()
+            if held is not None:
+                for zone, pods in held.items():
+                    for uid, cpus in pods.items():
+                        usage.add(f"uid {uid} (pinned by the agent)", [(zone, cpus * 1000, 0)])
+                        listed.add(uid)
+                seen |= listed
             for r in self.pods_on(node):
-                if TOPOLOGY_RESULT_ANNOTATION not in r.annotations or r.spec is None:
+                if r.uid in listed or TOPOLOGY_RESULT_ANNOTATION not in r.annotations or r.spec is None:
                     continue
-                seen.add(r.uid)  # the pod's own result replaces what bind assumed
                 sealed = None
                 if self.result_key is not None:
                     text, mark = (
@@ -416,6 +447,7 @@ class ClusterCache:
                 zones = exclusive_zones(r.spec, topo, self.allowed_schedulers, sealed)
                 if zones is not None:
                     usage.add(f"{r.namespace}/{r.name}", zones)
+                    seen.add(r.uid)  # its own result replaces what bind assumed
             with self.lock:
                 self.usage[node] = usage
             for uid in seen:
@@ -456,7 +488,7 @@ class ClusterCache:
     def parse(self, slim: Mapping[str, Any], policy: Any) -> NodeLoad:
         """Parse a node as of now, reporting bad annotations."""
         load = parse_node(slim, policy, self.clock())
-        if load.bad and self.on_bad is not None:
+        if (load.bad or load.ahead) and self.on_bad is not None:
             self.on_bad(load)
         return load
 

@@ -8,7 +8,12 @@ import logging
 from typing import Any
 
 from app import __version__
-from app.extender.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
+from app.extender.api.body import (
+    DEFAULT_BODY_TIMEOUT_SECONDS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BODY_BYTES_IN_FLIGHT,
+)
+from app.extender.connections import DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_MAX_CONNECTIONS
 from app.model.policy import PolicyError, load_policy
 from common.cli import HelpFormatter, add_common, positive_seconds, seconds
 from common.exclusive import DEFAULT_SCHEDULERS
@@ -100,6 +105,27 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="refuse larger request bodies with 413, before reading them when Content-Length says so",
     )
     p.add_argument(
+        "--max-body-bytes-in-flight",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES_IN_FLIGHT,
+        metavar="BYTES",
+        help="request body bytes held at once across all requests; a request past it gets 503 (retried)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="open connections at most; a connection past it is closed at once",
+    )
+    p.add_argument(
+        "--first-byte-timeout",
+        type=float,
+        default=DEFAULT_FIRST_BYTE_TIMEOUT,
+        metavar="SECONDS",
+        help="a new connection that sends nothing for this long is closed",
+    )
+    p.add_argument(
         "--body-timeout",
         type=float,
         default=DEFAULT_BODY_TIMEOUT_SECONDS,
@@ -114,6 +140,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run_extender(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.extender.connections import bounded_protocol
     from app.extender.main import create_app
     from common.kube import Kube, KubeConfigError, cluster_configured, load_api_client
 
@@ -130,7 +157,8 @@ def run_extender(args: argparse.Namespace) -> int:
     kube = None
     if cluster_configured(args.kubeconfig):
         try:
-            kube = Kube(load_api_client(args.kubeconfig), timeout=args.api_timeout)
+            api_client = load_api_client(args.kubeconfig, user_agent=f"ballast-extender/{__version__}")
+            kube = Kube(api_client, timeout=args.api_timeout)
         except KubeConfigError as exc:
             log.error("%s", exc)
             return 2
@@ -149,8 +177,17 @@ def run_extender(args: argparse.Namespace) -> int:
         access_log=not args.quiet_access,
         max_body_bytes=args.max_body_bytes,
         body_timeout=args.body_timeout,
+        max_body_bytes_in_flight=args.max_body_bytes_in_flight,
     )
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        http=bounded_protocol(args.max_connections, args.first_byte_timeout),
+        timeout_keep_alive=5,
+    )
     _listening_server(config, args.policy).run()
     return 0
 

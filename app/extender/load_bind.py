@@ -71,7 +71,7 @@ class LoadPreBind:
 
     def __call__(self, args: BindingArgs) -> Undo | None:
         if not args.pod_uid:
-            return None  # nothing to key a placement by; the pod watch records it once bound
+            raise BindError("no pod UID to check the node's limits by")  # ``Binder`` looks it up first
         load = self.lookup(args.node)
         if load is None:
             return None
@@ -93,6 +93,9 @@ class LoadPreBind:
                     f"{args.node} has no room left for this pod by the time it is bound "
                     f"(pods placed since filter count): {rejection.reason}"
                 )
+            before = self.ledger.known(args.pod_uid)
+            if before is not None and not before.tentative:
+                return None  # placed already (a retried bind): that record is not this bind's to undo
             self.ledger.bound(None, args.pod_uid, args.node, now, name, size=size[:2])
 
         def undo() -> None:

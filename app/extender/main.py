@@ -22,10 +22,16 @@ from app import __version__
 from app.extender import wire
 from app.extender.api import debug, errors, examples, health, verbs
 from app.extender.api.access import AccessLog
-from app.extender.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
+from app.extender.api.body import (
+    DEFAULT_BODY_TIMEOUT_SECONDS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BODY_BYTES_IN_FLIGHT,
+    BodyBudget,
+)
 from app.extender.api.state import Services
 from app.extender.bind import Binder
 from app.extender.cache import ClusterCache
+from app.extender.connections import RateLimitedLoopErrors
 from app.extender.extender import Extender
 from app.extender.load_bind import LoadPreBind
 from app.extender.metrics import ExtenderMetrics
@@ -36,6 +42,7 @@ from app.model.policy import Policy
 from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.kube import Kube
+from common.kube_http import LeanKube
 
 log = logging.getLogger("ballast.extender")
 
@@ -122,6 +129,7 @@ def create_app(
     clock: Callable[[], float] = time.time,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS,
+    max_body_bytes_in_flight: int = DEFAULT_MAX_BODY_BYTES_IN_FLIGHT,
     scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
     result_key: bytes | None = None,
     access_log: bool = True,
@@ -158,9 +166,12 @@ def create_app(
         community = extender.numa.community = CommunityCheck(
             store, cache.community, cache.topology, lambda count: extender._rejected("numa").inc(count), clock
         )
+    verb_kube: Kube | None = None
     if kube is not None:
+        # The bind verb's API calls go through a lean client: one attempt each, one deadline per verb.
+        verb_kube = LeanKube(kube.api_client, kube.timeout) if kube.api_client is not None else kube
         load_check = LoadPreBind(
-            kube,
+            verb_kube,
             ledger,
             store,
             cache.node,
@@ -168,9 +179,15 @@ def create_app(
             lambda metric: metrics.binds_refused.labels(metric).inc(),
             lambda metric: metrics.shadow_binds_would_refuse.labels(metric).inc(),
         )
-        numa = NumaPreBind(kube, cache, store, extender.numa.seen, result_key)
+        numa = NumaPreBind(verb_kube, cache, store, extender.numa.seen, result_key)
         assert community is not None
-        binder = Binder(kube, ledger, clock, pre_bind=[load_check, numa, CommunityPreBind(kube, community)])
+        binder = Binder(
+            verb_kube,
+            ledger,
+            clock,
+            pre_bind=[load_check, numa, CommunityPreBind(verb_kube, community)],
+            bound_node=cache.bound_node,
+        )
     svc = Services(
         store=store,
         metrics=metrics,
@@ -179,14 +196,17 @@ def create_app(
         binder=binder,
         max_body_bytes=max_body_bytes,
         body_timeout=body_timeout,
+        body_budget=BodyBudget(max_body_bytes_in_flight),
     )
     if cache is not None:
         svc.readiness.append(cache.readiness)
+        metrics.watches.reflectors = lambda: cache.reflectors
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks: list[asyncio.Task[Any]] = []
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(RateLimitedLoopErrors())
         if store.path is not None:
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 # Only possible in the main thread (the real server); tests call reload() directly.
@@ -209,6 +229,8 @@ def create_app(
                     await t
             if cache is not None:
                 await asyncio.to_thread(cache.stop)
+            if isinstance(verb_kube, LeanKube):
+                verb_kube.close()
 
     # FastAPIOffline serves Swagger UI from files in its package, not from a CDN: the docs page works on a
     # cluster without internet access. No ReDoc: its bundle still loads its logo from a CDN.

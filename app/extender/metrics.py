@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from app.extender.shadow import EXCESS_BUCKETS
 from app.model.annotations import HOT_VALUE_KEY
@@ -64,6 +68,13 @@ class ExtenderMetrics:
             ["metric"],
             registry=r,
         )
+        self.annotations_ahead = Counter(
+            "ballast_extender_annotations_ahead",
+            "Load annotations stamped ahead of the extender's clock when they arrived (clock skew), by "
+            "metric; estimates are ordered against the arrival time instead, so they keep counting.",
+            ["metric"],
+            registry=r,
+        )
         self.binds_refused = Counter(
             "ballast_extender_binds_refused",
             "Binds refused because the node would go over a limit with the pods placed since filter, by "
@@ -110,6 +121,9 @@ class ExtenderMetrics:
             registry=r,
         )
         self.policy_reloads, self.policy_ok = policy_reload_metrics("ballast", r)
+        self.watches = WatchCollector(lambda: ())
+        """The cache's watches; ``create_app`` points it at the cache's reflectors."""
+        r.register(self.watches)
         self._request_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def request_done(self, verb: str, code: str, seconds: float) -> None:
@@ -141,3 +155,40 @@ class ExtenderMetrics:
         """Count a parsed node's bad annotations (called once per parse, i.e. per node change)."""
         for metric in load.bad:
             self.bad_annotations.labels(metric).inc()
+        for metric in load.ahead:
+            self.annotations_ahead.labels(metric).inc()
+
+
+class WatchCollector(Collector):
+    """The cache's watches as metrics, read at scrape time: how old the newest event is, how long a watch
+    has been unable to reach the API server, and its failures. A stale cache is visible before a verdict
+    made from it surprises anyone."""
+
+    def __init__(self, reflectors: Callable[[], Iterable[Any]]) -> None:
+        self.reflectors = reflectors
+
+    def collect(self) -> Iterator[Any]:
+        now = time.monotonic()
+        age = GaugeMetricFamily(
+            "ballast_extender_watch_last_event_age_seconds",
+            "Seconds since the watch's last list, event or bookmark, by resource (-1 before the first list).",
+            labels=["resource"],
+        )
+        down = GaugeMetricFamily(
+            "ballast_extender_watch_disconnected_seconds",
+            "Seconds the watch has been failing to reach the API server, by resource (0 while connected).",
+            labels=["resource"],
+        )
+        errors = CounterMetricFamily(
+            "ballast_extender_watch_errors",
+            "Failed lists and watches (each followed by a reconnect after a backoff), by resource.",
+            labels=["resource"],
+        )
+        for r in self.reflectors():
+            last = r.stats.last_event
+            age.add_metric([r.name], -1.0 if last is None else now - last)
+            down.add_metric([r.name], r.stats.disconnected_for(now))
+            errors.add_metric([r.name], r.stats.errors)
+        yield age
+        yield down
+        yield errors

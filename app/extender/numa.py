@@ -25,7 +25,12 @@ from common.exclusive import CPUPolicy, decide_exclusive
 from common.podspec import PodInfo as AgentPod
 from common.podspec import QOSClass, parse_pod
 from common.quantity import QuantityError, format_cpu_milli, format_quantity, parse_bytes, parse_cpu_milli
-from common.topology_annotations import AWARENESS_KEY, parse_go_bool
+from common.topology_annotations import (
+    AWARENESS_KEY,
+    EXCLUSIVE_PODS_ATTRIBUTE,
+    parse_go_bool,
+    parse_zone_pods,
+)
 
 SINGLE_NUMA = "SingleNUMANodePodLevel"
 
@@ -46,6 +51,9 @@ class NodeTopology:
     aware: bool
     """``topologyManagerPolicy: SingleNUMANodePodLevel``: pods need one zone unless they say otherwise."""
     zones: tuple[Zone, ...]
+    held: Mapping[str, Mapping[str, int]] | None = None
+    """What the agent says it pins, zone name -> {pod UID: CPUs} (``EXCLUSIVE_PODS_ATTRIBUTE``);
+    ``None`` when the NRT does not say (an agent without it, crane's): then topology results count."""
 
 
 def parse_nrt(obj: Mapping[str, Any]) -> NodeTopology | None:
@@ -56,6 +64,7 @@ def parse_nrt(obj: Mapping[str, Any]) -> NodeTopology | None:
     if not isinstance(name, str) or not isinstance(policy, Mapping):
         return None
     zones = []
+    held: dict[str, dict[str, int]] | None = {}
     for z in obj.get("zones") or []:
         if not isinstance(z, Mapping) or z.get("type", "Node") != "Node":
             continue
@@ -70,12 +79,19 @@ def parse_nrt(obj: Mapping[str, Any]) -> NodeTopology | None:
         except QuantityError:
             continue
         zones.append(Zone(zname, int(zname[4:]), max(0, cpu), mem))
+        attrs = z.get("attributes")
+        pods = parse_zone_pods(attrs.get(EXCLUSIVE_PODS_ATTRIBUTE)) if isinstance(attrs, Mapping) else None
+        if pods is None:
+            held = None  # one zone without it: the NRT does not say what the agent holds
+        elif held is not None:
+            held[zname] = pods
     zones.sort(key=lambda z: z.numa)
     return NodeTopology(
         node=name,
         static=policy.get("cpuManagerPolicy") == "Static",
         aware=policy.get("topologyManagerPolicy", SINGLE_NUMA) == SINGLE_NUMA,
         zones=tuple(zones),
+        held=held if zones and held is not None else None,
     )
 
 

@@ -4,15 +4,20 @@ Runs inside ``bind`` before the Binding is created (extenders have no PreBind ho
 assumption happen under one lock, so two concurrent binds to the same node never take the same free
 CPUs; the API call happens outside it. If the Binding then fails, the returned undo removes the
 annotation and the assumption again.
+
+A result is never written onto a pod that already has a node: the pod is read first, and the patch
+carries the resourceVersion read, so a bind that lands in between makes the patch fail (409) instead of
+replacing the result the agent already acts on. The undo follows the same rule.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.extender.bind import BindError, Undo
+from app.extender.bind import AlreadyBound, BindError, Undo
 from app.extender.numa import fit, numa_request
 from app.extender.wire import BindingArgs
 from app.model.policy_store import PolicyStore
@@ -39,14 +44,24 @@ class NumaPreBind:
         """Looks up what filter learnt about a pod: its NumaRequest, None (no NUMA need), or MISSING."""
         self.lock = threading.Lock()
 
+    def _unbound(self, path: str) -> dict[str, Any]:
+        """The pod as the API has it now; ``AlreadyBound`` when it has a node."""
+        pod = self.kube.get(path)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            raise AlreadyBound(str(node))
+        return pod
+
     def __call__(self, args: BindingArgs) -> Undo | None:
         topo = self.cache.topology(args.node)
         if topo is None or not topo.static or not topo.zones:
             return None  # no NRT, or the kubelet manages CPUs there: nothing to write
         path = f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}"
         req = self.seen(args.pod_uid)
+        pod: dict[str, Any] | None = None
         if req is MISSING:
-            req = numa_request(self.kube.get(path))  # not seen in filter (e.g. after a restart)
+            pod = self._unbound(path)
+            req = numa_request(pod)  # not seen in filter (e.g. after a restart)
         if req is None:
             return None
         uid = args.pod_uid or f"{args.pod_namespace}/{args.pod_name}"
@@ -55,24 +70,45 @@ class NumaPreBind:
             if not f.ok:
                 raise BindError(f"NUMA zones of {args.node} changed since filter: {f.reason}")
             self.cache.assume(uid, args.node, f.result)
-        text = render_topology_result(f.result)
-        annotations = {TOPOLOGY_RESULT_ANNOTATION: text}
-        if self.result_key is not None:
-            pod_uid = args.pod_uid or str((self.kube.get(path).get("metadata") or {}).get("uid") or "")
-            annotations[SEAL_ANNOTATION] = seal(self.result_key, pod_uid, args.node, text)
-        patch = {"metadata": {"annotations": annotations}}
         try:
-            self.kube.merge_patch(path, patch)
-        except ApiError:
+            self._write(path, pod, args, f.result)
+        except (ApiError, BindError):
             self.cache.forget_assumed(uid)
             raise
 
         def undo() -> None:
             self.cache.forget_assumed(uid)
             gone = {TOPOLOGY_RESULT_ANNOTATION: None, SEAL_ANNOTATION: None}
-            self.kube.merge_patch(path, {"metadata": {"annotations": gone}})
+            with contextlib.suppress(AlreadyBound):  # bound meanwhile: its result is no longer ours to take
+                self._patch_unbound(path, None, {"annotations": gone})
 
         return undo
+
+    def _write(self, path: str, pod: dict[str, Any] | None, args: BindingArgs, result: Any) -> None:
+        text = render_topology_result(result)
+        annotations = {TOPOLOGY_RESULT_ANNOTATION: text}
+        if self.result_key is not None:
+            pod_uid = args.pod_uid
+            if not pod_uid:
+                pod = pod or self._unbound(path)
+                pod_uid = str((pod.get("metadata") or {}).get("uid") or "")
+            annotations[SEAL_ANNOTATION] = seal(self.result_key, pod_uid, args.node, text)
+        self._patch_unbound(path, pod, {"annotations": annotations})
+
+    def _patch_unbound(self, path: str, pod: dict[str, Any] | None, metadata: dict[str, Any]) -> None:
+        """Merge-patch ``metadata`` onto the pod only while it has no node: the patch names the
+        resourceVersion read, so a change in between (a Binding) fails it; then the pod is read again."""
+        for _attempt in range(3):
+            pod = pod or self._unbound(path)
+            rv = (pod.get("metadata") or {}).get("resourceVersion")
+            try:
+                self.kube.merge_patch(path, {"metadata": {**metadata, "resourceVersion": rv}})
+                return
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+                pod = None  # changed since it was read: read it again (and stop if it is bound now)
+        raise BindError("the pod kept changing while its topology result was written; try again")
 
 
 MISSING = object()

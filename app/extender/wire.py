@@ -83,6 +83,11 @@ def node_name(node: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
+MAX_NODES_PER_REQUEST = 50_000
+"""Nodes (whole or by name) one request may carry: ten times Kubernetes' supported 5000-node cluster. One
+request of 10^6 tiny nodes blocked the event loop ~40 s and left 1.1 GB resident."""
+
+
 def parse_extender_args(body: bytes, require_nodes: bool = True) -> ExtenderArgs:
     """Read ExtenderArgs (filter, prioritize). Raises ``BadRequest`` naming the field at fault."""
     folded = _fold(load_json(body), "ExtenderArgs")
@@ -97,6 +102,8 @@ def parse_extender_args(body: bytes, require_nodes: bool = True) -> ExtenderArgs
             items = []
         if not isinstance(items, list):
             raise BadRequest("Nodes.items", f"expected a list, got {type(items).__name__}")
+        if len(items) > MAX_NODES_PER_REQUEST:
+            raise BadRequest("Nodes.items", f"{len(items)} nodes; at most {MAX_NODES_PER_REQUEST} a request")
         for i, item in enumerate(items):
             if not isinstance(item, dict):
                 raise BadRequest(f"Nodes.items[{i}]", f"expected a Node object, got {type(item).__name__}")
@@ -119,6 +126,8 @@ def parse_extender_args(body: bytes, require_nodes: bool = True) -> ExtenderArgs
     if names_obj is not None:
         if not isinstance(names_obj, list):
             raise BadRequest("NodeNames", f"expected a list of strings, got {type(names_obj).__name__}")
+        if len(names_obj) > MAX_NODES_PER_REQUEST:
+            raise BadRequest("NodeNames", f"{len(names_obj)} names; at most {MAX_NODES_PER_REQUEST} allowed")
         if not all(map(str.__instancecheck__, names_obj)):
             i, n = next((i, n) for i, n in enumerate(names_obj) if not isinstance(n, str))
             raise BadRequest(f"NodeNames[{i}]", f"expected a string, got {type(n).__name__}")

@@ -36,6 +36,15 @@ class Sample:
 
     value: float
     timestamp: float
+    ordered_at: float | None = None
+    """Set when the stamp was ahead of the extender's clock on arrival: that arrival time. Clocks drift
+    between the annotator's machine and the extender's; a measurement cannot include pods placed after it
+    arrived, so estimates are ordered against ``order_at`` and skew never switches them off."""
+
+    @property
+    def order_at(self) -> float:
+        """When the measurement was taken, for ordering estimates: the stamp, at the latest its arrival."""
+        return self.timestamp if self.ordered_at is None else self.ordered_at
 
     def age(self, now: float) -> float:
         return now - self.timestamp
@@ -129,7 +138,7 @@ def read_sample(
         return None, f"timestamp {stamp[:40]!r} is not RFC 3339 with an offset"
     if ts > now + MAX_FUTURE_SECONDS:
         return None, f"timestamp {stamp[:40]!r} is more than {MAX_FUTURE_SECONDS:g}s in the future"
-    return Sample(value, ts), None
+    return Sample(value, ts, now if ts > now else None), None
 
 
 def format_timestamp(when: float) -> str:

@@ -106,7 +106,7 @@ def units(
             continue
         total = 0
         for e in estimates:
-            if e.uid != skip and counts(e, sample.timestamp, ttl, now):
+            if e.uid != skip and counts(e, sample.order_at, ttl, now):
                 total += e.amount(resource)
         if total:
             out[metric] = total
@@ -151,7 +151,7 @@ def still_counted(
     for e in estimates:
         for metric, _resource, ttl in plan:
             sample = load.samples.get(metric)
-            if sample is not None and counts(e, sample.timestamp, ttl, now):
+            if sample is not None and counts(e, sample.order_at, ttl, now):
                 out.append(e)
                 break
         else:

@@ -33,6 +33,7 @@ class Ledger:
         self.clock = clock
         self._lock = threading.Lock()
         self._by_node: dict[str, set[str]] = {}
+        self._swept_at = clock()
         self.listeners: list[Callable[[set[str]], None]] = []
         """Called with the nodes whose estimates changed (the verdict board recomputes them)."""
         self._configure(policy)
@@ -63,6 +64,24 @@ class Ledger:
     def _index(self, e: Estimate, touched: set[str]) -> None:
         self._by_node.setdefault(e.node, set()).add(e.uid)
         touched.add(e.node)
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Drop index entries whose estimate expired (the TTL caches forget silently), at most once per
+        the shortest TTL: ``on_node`` prunes only the nodes it is asked about, so nodes nobody asked about
+        any more kept their entries (3 001 an hour after their nodes were gone). Called under the lock."""
+        now = self.clock()
+        if now - self._swept_at < self.shortest_ttl:
+            return
+        self._swept_at = now
+        bound, tentative = self._bound, self._tentative
+        bound.expire()
+        tentative.expire()
+        for node in list(self._by_node):
+            uids = self._by_node[node]
+            uids.difference_update([u for u in uids if u not in bound and u not in tentative])
+            if not uids:
+                del self._by_node[node]
 
     def _unindex(self, uid: str, node: str, touched: set[str]) -> None:
         if (uids := self._by_node.get(node)) is not None:

@@ -32,6 +32,11 @@ class NodeLoad:
     limits: NodeLimits | None = None
     """The node's effective limits (pool, annotation); ``None``: the policy's global ones."""
 
+    @property
+    def ahead(self) -> list[str]:
+        """Metrics whose stamp was ahead of the extender's clock when the node arrived (counted)."""
+        return [m for m, s in self.samples.items() if s.ordered_at is not None]
+
 
 _MAX_QUANTITY = 2**53
 """Larger allocatable values are no information: no node has them, and JSON numbers end there."""

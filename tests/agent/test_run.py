@@ -374,3 +374,48 @@ def test_run_flags_and_defaults() -> None:
 def test_bad_run_flags_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse(argv)
+
+
+def test_every_api_call_names_the_agent_in_its_user_agent(
+    fake_kube: FakeKube, node_env: dict[str, Path], agents: list[Agent]
+) -> None:
+    """Audit logs tell the agent's calls apart from any other client's (not ``OpenAPI-Generator/...``)."""
+    agent = Agent(agent_args(node_env, "--resync", "1m", "--cpu-manager", "off"))
+    agents.append(agent)
+    wait_for(lambda: nrt(fake_kube), what="the NRT")
+    agent.shutdown()
+    agents_seen = {r.headers.get("User-Agent", "") for r in fake_kube.requests}
+    assert agents_seen and all(ua.startswith("ballast-agent/") for ua in agents_seen), agents_seen
+
+
+def test_the_nrt_publishes_what_the_cpu_manager_pins_per_zone(
+    fake_kube: FakeKube, node_env: dict[str, Path], agents: list[Agent], tmp_path: Path
+) -> None:
+    """A Guaranteed pod of the default scheduler (no topology result) is pinned where the agent
+    chooses; the NRT's zones say so (``ballast.io/exclusive-pods``), so the extender counts it."""
+    from agent.runtime import MemoryRuntime
+    from common.topology_annotations import EXCLUSIVE_PODS_ATTRIBUTE, parse_zone_pods
+    from tests.fakekube import make_pod
+
+    args = agent_args(node_env, "--resync", "1m", "--cpu-state-file", str(tmp_path / "cpu_state"))
+    agents.append(Agent(args, runtime_factory=MemoryRuntime))
+
+    def held() -> dict[str, dict[str, int]] | None:
+        stored = nrt(fake_kube)
+        zones = (stored or {}).get("zones") or []
+        out = {
+            z["name"]: parse_zone_pods((z.get("attributes") or {}).get(EXCLUSIVE_PODS_ATTRIBUTE))
+            for z in zones
+        }
+        return out if zones and all(v is not None for v in out.values()) else None
+
+    wait_for(lambda: held() == {"node0": {}, "node1": {}}, what="zones saying nothing is pinned")
+    pod = fake_kube.add(make_pod("db", node_name=NODE, cpu="2", memory="1Gi", limits=True, phase="Running"))
+    uid = pod["metadata"]["uid"]
+    wait_for(
+        lambda: (h := held()) and sum(p.get(uid, 0) for p in h.values()) == 2,
+        timeout=10,
+        what="the pod's CPUs published",
+    )
+    fake_kube.delete("pods", "db", namespace="default")
+    wait_for(lambda: held() == {"node0": {}, "node1": {}}, timeout=10, what="the CPUs released in the NRT")

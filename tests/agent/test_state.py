@@ -228,3 +228,17 @@ def test_atomic_write_never_exposes_partial_content(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(state_mod.os, "replace", real_replace)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["s"], "the temp file is removed on failure"
+
+
+def test_only_the_newest_rejected_checkpoints_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "cpu_manager_state"
+    for restart in range(6):  # a corrupt checkpoint at every one of six restarts
+        path.write_bytes(b"not json")
+        s = CheckpointState(path, clock=lambda restart=restart: 86400.0 * restart)
+        assert s.recovery is not None and s.recovery.kind == "corrupt"
+    aside = sorted(p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name)
+    assert aside == [
+        "cpu_manager_state.corrupt-19700104T000000Z",
+        "cpu_manager_state.corrupt-19700105T000000Z",
+        "cpu_manager_state.corrupt-19700106T000000Z",
+    ]

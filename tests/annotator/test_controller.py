@@ -168,11 +168,17 @@ def test_no_data_nodes_are_counted_and_left_alone() -> None:
     assert sample(metrics, "ballast_annotator_nodes_without_data", metric="cpu_usage_avg_5m") == 2
 
 
-def test_values_over_100_percent_are_clamped() -> None:
-    answers = {"cpu_usage_avg_5m": series("cpu_usage_avg_5m", **{"10.0.0.1": 100.4})}
-    annotator, _, writer, _ = build([node("a", "10.0.0.1")], answers)
-    asyncio.run(annotator.cycle(["cpu_usage_avg_5m"]))
-    assert writer.patches[0][1]["metadata"]["annotations"]["cpu_usage_avg_5m"].startswith("1.00000,")
+def test_values_are_written_as_measured_or_not_at_all() -> None:
+    """One rule with the extender: up to 1000 % is a load (an overcommitted node passes 100 %), and is
+    written as measured; above it, or not finite, or negative, nothing is written and it is counted."""
+    values = {"10.0.0.1": 100.4, "10.0.0.2": 1e308, "10.0.0.3": -0.0, "10.0.0.4": 999.0, "10.0.0.5": 1000.01}
+    nodes = [node(n, ip) for n, ip in zip("abcde", values, strict=True)]
+    annotator, _, writer, metrics = build(nodes, {"cpu_usage_avg_5m": series("cpu_usage_avg_5m", **values)})
+    report = asyncio.run(annotator.cycle(["cpu_usage_avg_5m"]))
+    written = {n: p["metadata"]["annotations"]["cpu_usage_avg_5m"].split(",")[0] for n, p in writer.patches}
+    assert written == {"a": "1.00400", "c": "0.00000", "d": "9.99000"}
+    assert report.without_data == {"cpu_usage_avg_5m": 2}
+    assert sample(metrics, "ballast_annotator_refused_values_total", metric="cpu_usage_avg_5m") == 2
 
 
 def test_patch_failures_and_deleted_nodes() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import Request
 
-from app.extender.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES
+from app.extender.api.body import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_BODY_BYTES, BodyBudget
 from app.extender.extender import Extender
 from app.extender.metrics import ExtenderMetrics
 from app.model.policy_store import PolicyStore
@@ -28,6 +28,8 @@ class Services:
     """Larger request bodies are refused with 413 (``--max-body-bytes``)."""
     body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS
     """A request body must arrive within this many seconds, else 408 (``--body-timeout``)."""
+    body_budget: BodyBudget = field(default_factory=BodyBudget)
+    """Request body bytes held at once across requests, else 503 (``--max-body-bytes-in-flight``)."""
     """Checks for /readyz: each returns ``None`` when ready, else why not."""
 
 

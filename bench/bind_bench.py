@@ -1,7 +1,7 @@
 """What creating one Binding costs the caller: Ballast's API client against the echo floor's minimal one.
 
 On the loopback control plane of ``tests/cluster`` (etcd + kube-apiserver, no scheduler), unbound pods are
-bound one at a time, alternating between ``common.kube.Kube.create`` (the client Ballast's bind verb uses)
+bound one at a time, rotating between ``common.kube.Kube.create`` (the client Ballast's bind verb uses)
 and ``bench.bind_client.BindClient`` (the standard library's ``http.client``, one keep-alive TLS
 connection). Per call: this thread's CPU time (the caller's share: request building, TLS, parsing) and the
 wall time, median (p10-p90), after a warm-up that opens the connections.
@@ -60,14 +60,14 @@ def main(argv: list[str] | None = None) -> None:
         }
         cpu: dict[str, list[float]] = {k: [] for k in clients}
         wall: dict[str, list[float]] = {k: [] for k in clients}
-        total = 2 * (args.binds + 5)
+        total = len(clients) * (args.binds + 5)
         profiler = cProfile.Profile(time.thread_time)
         pods = [api.post("/api/v1/namespaces/default/pods", pod_body(f"b-{i:05d}")) for i in range(total)]
         for i, pod in enumerate(pods):
-            who = list(clients)[i % 2]
+            who = list(clients)[i % len(clients)]
             meta = pod["metadata"]
             path = f"/api/v1/namespaces/default/pods/{meta['name']}/binding"
-            profiling = args.profile and i % 2 == 0 and i >= 10
+            profiling = args.profile and i % len(clients) == 0 and i >= 10
             if profiling:
                 profiler.enable()
             t, w = time.thread_time(), time.perf_counter()
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             t, w = time.thread_time() - t, time.perf_counter() - w
             if profiling:
                 profiler.disable()
-            if i >= 10:  # the first calls open the connections
+            if i >= 3 * len(clients):  # the first calls open the connections
                 cpu[who].append(t)
                 wall[who].append(w)
     if args.profile:

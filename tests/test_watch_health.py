@@ -40,7 +40,8 @@ def test_readyz_and_metrics_tell_a_disconnected_cache_and_it_recovers_within_sec
         assert cache.wait_synced(10)
         assert client.get("/readyz").status_code == 200
         ages = _samples(client, "ballast_extender_watch_last_event_age_seconds")
-        assert set(ages) == {"nodes", "pods", "noderesourcetopologies"} and 0 <= ages["nodes"] < 10
+        assert set(ages) == {"nodes", "pods", "noderesourcetopologies", "noderesourcetopologies.v1alpha2"}
+        assert 0 <= ages["nodes"] < 10
         # the outage: a long one first, so the backoff has grown as far as it goes
         fake_kube.fail_next(None, r".", 503, message="down for the test", count=None)
         fake_kube.store.abort_watchers("drop")

@@ -42,7 +42,6 @@ from app.model.policy import Policy
 from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.kube import Kube
-from common.kube_http import LeanKube
 
 log = logging.getLogger("ballast.extender")
 
@@ -166,12 +165,12 @@ def create_app(
         community = extender.numa.community = CommunityCheck(
             store, cache.community, cache.topology, lambda count: extender._rejected("numa").inc(count), clock
         )
-    verb_kube: Kube | None = None
     if kube is not None:
-        # The bind verb's API calls go through a lean client: one attempt each, one deadline per verb.
-        verb_kube = LeanKube(kube.api_client, kube.timeout) if kube.api_client is not None else kube
+        # The bind verb's API calls share one deadline per verb (``Kube.deadline``), one attempt each (no
+        # urllib3 retries). A pooled httpx client for them cost more CPU per Binding than the official
+        # client (bench/bind_bench.py), so they use the official one like every other call.
         load_check = LoadPreBind(
-            verb_kube,
+            kube,
             ledger,
             store,
             cache.node,
@@ -179,13 +178,13 @@ def create_app(
             lambda metric: metrics.binds_refused.labels(metric).inc(),
             lambda metric: metrics.shadow_binds_would_refuse.labels(metric).inc(),
         )
-        numa = NumaPreBind(verb_kube, cache, store, extender.numa.seen, result_key)
+        numa = NumaPreBind(kube, cache, store, extender.numa.seen, result_key)
         assert community is not None
         binder = Binder(
-            verb_kube,
+            kube,
             ledger,
             clock,
-            pre_bind=[load_check, numa, CommunityPreBind(verb_kube, community)],
+            pre_bind=[load_check, numa, CommunityPreBind(kube, community)],
             bound_node=cache.bound_node,
         )
     svc = Services(
@@ -229,8 +228,6 @@ def create_app(
                     await t
             if cache is not None:
                 await asyncio.to_thread(cache.stop)
-            if isinstance(verb_kube, LeanKube):
-                verb_kube.close()
 
     # FastAPIOffline serves Swagger UI from files in its package, not from a CDN: the docs page works on a
     # cluster without internet access. No ReDoc: its bundle still loads its logo from a CDN.

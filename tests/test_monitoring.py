@@ -19,6 +19,7 @@ from agent.metrics import CPUManagerMetrics
 from agent.publisher import PublisherMetrics
 from app.annotator.metrics import AnnotatorMetrics
 from app.extender.metrics import ExtenderMetrics
+from app.rebalancer.metrics import RebalancerMetrics
 from tests.annotator.prom import require_promtool
 from tests.conftest import ROOT
 
@@ -95,7 +96,12 @@ def exported() -> set[str]:
     CPUManagerMetrics(agent)
     PublisherMetrics(agent)
     names: set[str] = set()
-    for registry in (ExtenderMetrics().registry, AnnotatorMetrics().registry, agent):
+    for registry in (
+        ExtenderMetrics().registry,
+        AnnotatorMetrics().registry,
+        RebalancerMetrics().registry,
+        agent,
+    ):
         for f in registry.collect():
             if f.type == "counter":
                 names.add(f"{f.name}_total")

@@ -16,6 +16,7 @@ Defaults are crane's (and kube-controller-manager's): 15s lease, 10s renew deadl
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import random
@@ -28,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from common.cli import duration
 from common.kube import ApiError, Kube, path_for
 
 __all__ = ["DEFAULT_NAMESPACE", "LeaderElector", "default_identity", "lease_namespace", "micro_time"]
@@ -322,3 +324,71 @@ class LeaderElector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+def add_leader_flags(parser: argparse.ArgumentParser, lease_name: str, acts: str, acting: str) -> None:
+    """The leader-election flags of every program that holds a Lease: the same names, defaults and
+    meaning, so an operator tunes the annotator and the rebalancer alike. ``acts``/``acting`` name what
+    only the leader does (``writes``/``writing``)."""
+    le = parser.add_argument_group("leader election (coordination.k8s.io/v1 Lease)")
+    le.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"hold a Lease so that only one replica {acts} (default: on, off with --once)",
+    )
+    le.add_argument("--lease-name", default=lease_name, metavar="NAME", help="name of the Lease")
+    le.add_argument(
+        "--lease-namespace",
+        metavar="NAMESPACE",
+        help="namespace of the Lease (default: the pod's own namespace from its service account, else "
+        f"{DEFAULT_NAMESPACE})",
+    )
+    le.add_argument(
+        "--lease-duration",
+        type=duration,
+        default="15s",
+        metavar="DURATION",
+        help="how long others wait after the holder's last renewal before taking over",
+    )
+    le.add_argument(
+        "--renew-deadline",
+        type=duration,
+        default="10s",
+        metavar="DURATION",
+        help=f"the leader stops {acting} when it could not renew for this long",
+    )
+    le.add_argument(
+        "--retry-period",
+        type=duration,
+        default="2s",
+        metavar="DURATION",
+        help="how often candidates try to acquire and the leader renews",
+    )
+    le.add_argument(
+        "--identity",
+        metavar="ID",
+        help="this replica's holder identity (default: host name plus a random suffix)",
+    )
+
+
+def elector_from_args(
+    args: argparse.Namespace, kube: Kube, identity: str, leader: Any, transitions: Any
+) -> LeaderElector:
+    """The ``LeaderElector`` the flags of ``add_leader_flags`` describe; ``leader`` (a gauge) and
+    ``transitions`` (a counter labelled by event) follow its changes."""
+
+    def changed(event: str) -> None:
+        leader.set(1 if event == "acquired" else 0)
+        transitions.labels(event).inc()
+
+    return LeaderElector(
+        kube,
+        lease_namespace(args.lease_namespace),
+        args.lease_name,
+        identity,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        on_change=changed,
+    )

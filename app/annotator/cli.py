@@ -18,6 +18,7 @@ from common.cli import (
     port,
     positive_int,
 )
+from common.leader import add_leader_flags
 
 __all__ = ["register", "run_annotator"]
 
@@ -177,46 +178,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="bound on the bindings remembered per node (the newest are kept)",
     )
 
-    le = p.add_argument_group("leader election (coordination.k8s.io/v1 Lease)")
-    le.add_argument(
-        "--leader-elect",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="hold a Lease so that only one replica writes (default: on, off with --once)",
-    )
-    le.add_argument("--lease-name", default="ballast-annotator", metavar="NAME", help="name of the Lease")
-    le.add_argument(
-        "--lease-namespace",
-        metavar="NAMESPACE",
-        help="namespace of the Lease (default: the pod's own namespace from its service account, else "
-        "ballast-system)",
-    )
-    le.add_argument(
-        "--lease-duration",
-        type=duration,
-        default="15s",
-        metavar="DURATION",
-        help="how long others wait after the holder's last renewal before taking over",
-    )
-    le.add_argument(
-        "--renew-deadline",
-        type=duration,
-        default="10s",
-        metavar="DURATION",
-        help="the leader stops writing when it could not renew for this long",
-    )
-    le.add_argument(
-        "--retry-period",
-        type=duration,
-        default="2s",
-        metavar="DURATION",
-        help="how often candidates try to acquire and the leader renews",
-    )
-    le.add_argument(
-        "--identity",
-        metavar="ID",
-        help="this replica's holder identity (default: host name plus a random suffix)",
-    )
+    add_leader_flags(p, "ballast-annotator", "writes", "writing")
 
     srv = p.add_argument_group("serving and API")
     srv.add_argument(

@@ -41,7 +41,12 @@ from app.model.policy import Policy, PolicyError, load_policy
 from app.model.policy_store import PolicyStore
 from common.health import HealthServer
 from common.kube import Kube, KubeConfigError, Reflector, load_api_client
-from common.leader import DEFAULT_NAMESPACE, LeaderElector, default_identity, lease_namespace
+from common.leader import (
+    DEFAULT_NAMESPACE,
+    default_identity,
+    elector_from_args,
+    lease_namespace,
+)
 
 __all__ = ["DEFAULT_NAMESPACE", "lease_namespace", "prometheus_config", "run"]
 
@@ -154,23 +159,6 @@ async def _check_prometheus(client: PrometheusClient) -> bool:
     return True
 
 
-def _elector(args: argparse.Namespace, kube: Kube, identity: str, metrics: AnnotatorMetrics) -> LeaderElector:
-    def changed(event: str) -> None:
-        metrics.leader.set(1 if event == "acquired" else 0)
-        metrics.lease_transitions.labels(event).inc()
-
-    return LeaderElector(
-        kube,
-        lease_namespace(args.lease_namespace),
-        args.lease_name,
-        identity,
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
-        on_change=changed,
-    )
-
-
 def _annotator(
     args: argparse.Namespace,
     policy: Policy,
@@ -219,7 +207,7 @@ async def _once(
             return 1
         elector = None
         if args.leader_elect:
-            elector = _elector(args, kube, identity, metrics)
+            elector = elector_from_args(args, kube, identity, metrics.leader, metrics.lease_transitions)
             wait = args.lease_duration + 2 * args.retry_period
             if not await asyncio.to_thread(elector.wait_leading, wait):
                 log.error(
@@ -366,7 +354,11 @@ async def _serve_with(
                 Reflector(kube, path, handler, params=list_params, name=name, resync_seconds=args.resync)
             )
     leader_elect = args.leader_elect is not False
-    elector = _elector(args, kube, identity, metrics) if leader_elect else None
+    elector = (
+        elector_from_args(args, kube, identity, metrics.leader, metrics.lease_transitions)
+        if leader_elect
+        else None
+    )
     if elector is None:
         metrics.leader.set(1)
         log.warning("leader election is off: run exactly one annotator replica")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from common.cli import HelpFormatter, add_common, duration, duration_or_off, port
+from common.leader import add_leader_flags
 
 __all__ = ["register", "run_rebalancer"]
 
@@ -58,28 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="with --once: print the cycle as JSON")
 
-    le = p.add_argument_group("leader election (coordination.k8s.io/v1 Lease)")
-    le.add_argument(
-        "--leader-elect",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="hold a Lease so that only one replica evicts (default: on, off with --once)",
-    )
-    le.add_argument("--lease-name", default="ballast-rebalancer", metavar="NAME", help="name of the Lease")
-    le.add_argument(
-        "--lease-namespace",
-        metavar="NAMESPACE",
-        help="namespace of the Lease (default: the pod's own namespace from its service account, else "
-        "ballast-system)",
-    )
-    le.add_argument("--lease-duration", type=duration, default="15s", metavar="DURATION",
-                    help="how long others wait after the last renewal before taking over")  # fmt: skip
-    le.add_argument("--renew-deadline", type=duration, default="10s", metavar="DURATION",
-                    help="the leader stops evicting when it could not renew for this long")  # fmt: skip
-    le.add_argument("--retry-period", type=duration, default="2s", metavar="DURATION",
-                    help="how often candidates try to acquire and the leader renews")  # fmt: skip
-    le.add_argument("--identity", metavar="ID", help="this replica's holder identity (default: host name "
-                    "plus a random suffix)")  # fmt: skip
+    add_leader_flags(p, "ballast-rebalancer", "evicts", "evicting")
 
     srv = p.add_argument_group("serving and API")
     srv.add_argument(

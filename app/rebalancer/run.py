@@ -38,7 +38,7 @@ from app.rebalancer.metrics import RebalancerMetrics
 from app.rebalancer.plan import LIMITED, NO_FIT, Plan, plan_cycle
 from common.health import HealthServer
 from common.kube import Kube, KubeConfigError, Reflector, load_api_client
-from common.leader import LeaderElector, default_identity, lease_namespace
+from common.leader import default_identity, elector_from_args
 
 __all__ = ["Rebalancer", "run"]
 
@@ -233,25 +233,6 @@ def run(args: argparse.Namespace, *, stop: threading.Event | None = None, out: T
             api_client.close()
 
 
-def _elector(
-    args: argparse.Namespace, kube: Kube, identity: str, metrics: RebalancerMetrics
-) -> LeaderElector:
-    def changed(event: str) -> None:
-        metrics.leader.set(1 if event == "acquired" else 0)
-        metrics.lease_transitions.labels(event).inc()
-
-    return LeaderElector(
-        kube,
-        lease_namespace(args.lease_namespace),
-        args.lease_name,
-        identity,
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
-        on_change=changed,
-    )
-
-
 def _evictor(args: argparse.Namespace, kube: Kube, identity: str, metrics: RebalancerMetrics) -> Evictor:
     return Evictor(
         kube,
@@ -289,7 +270,7 @@ def _once(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, o
         return 1
     elector = None
     if args.leader_elect and not args.dry_run:
-        elector = _elector(args, kube, identity, metrics)
+        elector = elector_from_args(args, kube, identity, metrics.leader, metrics.lease_transitions)
         if not elector.wait_leading(args.lease_duration + 2 * args.retry_period):
             log.error(
                 "lease %s/%s is held by %s; not evicting", elector.namespace, elector.name, elector.holder
@@ -329,7 +310,11 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
         Reflector(kube, "/api/v1/pods", pods, params={"fieldSelector": "spec.nodeName!="}, name="pods",
                   resync_seconds=args.resync),
     ]  # fmt: skip
-    elector = _elector(args, kube, identity, metrics) if args.leader_elect is not False else None
+    elector = (
+        elector_from_args(args, kube, identity, metrics.leader, metrics.lease_transitions)
+        if args.leader_elect is not False
+        else None
+    )
     if elector is None:
         metrics.leader.set(1)
         log.warning("leader election is off: run exactly one rebalancer replica")

@@ -372,6 +372,17 @@ def add_leader_flags(parser: argparse.ArgumentParser, lease_name: str, acts: str
     )
 
 
+def leader_flags_problem(args: argparse.Namespace) -> str | None:
+    """Why the flags of ``add_leader_flags`` cannot make an elector (checked at start-up, exit 2), or
+    None: the same rule ``LeaderElector`` enforces, worded for the command line."""
+    if args.lease_duration > args.renew_deadline > JITTER * args.retry_period:
+        return None
+    return (
+        f"leader election needs --lease-duration > --renew-deadline > {JITTER} x --retry-period "
+        f"(got {args.lease_duration:g}s, {args.renew_deadline:g}s, {args.retry_period:g}s)"
+    )
+
+
 def elector_from_args(
     args: argparse.Namespace, kube: Kube, identity: str, leader: Any, transitions: Any
 ) -> LeaderElector:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from argparse import Namespace
+
 import pytest
 
 from common.kube import Kube
-from common.leader import LeaderElector, micro_time
+from common.leader import LeaderElector, leader_flags_problem, micro_time
 from tests.fakekube import FakeKube
 
 NS = "ballast-system"
@@ -166,3 +168,15 @@ def test_timing_must_be_consistent(kube: Kube) -> None:
         elector(kube, "a", clock, lease_duration=10, renew_deadline=10)
     with pytest.raises(ValueError, match="retry period"):
         elector(kube, "a", clock, renew_deadline=2, retry_period=2)
+
+
+def test_leader_flags_problem_is_the_electors_own_rule() -> None:
+    """The start-up check of the leader flags refuses exactly what ``LeaderElector`` would refuse."""
+
+    def flags(lease: float, renew: float, retry: float) -> Namespace:
+        return Namespace(lease_duration=lease, renew_deadline=renew, retry_period=retry)
+
+    assert leader_flags_problem(flags(15, 10, 2)) is None
+    assert "(got 5s, 10s, 2s)" in (leader_flags_problem(flags(5, 10, 2)) or "")
+    assert leader_flags_problem(flags(15, 2.4, 2)) is not None  # 2.4 is not > 1.2 x 2
+    assert leader_flags_problem(flags(15, 2.41, 2)) is None

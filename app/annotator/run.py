@@ -45,6 +45,7 @@ from common.leader import (
     DEFAULT_NAMESPACE,
     default_identity,
     elector_from_args,
+    leader_flags_problem,
     lease_namespace,
 )
 
@@ -109,14 +110,9 @@ def run(args: argparse.Namespace, *, stop: threading.Event | None = None) -> int
         for problem in problems:
             log.error("%s", problem)
         return 2
-    if not (args.lease_duration > args.renew_deadline > 1.2 * args.retry_period):
-        log.error(
-            "leader election needs --lease-duration > --renew-deadline > 1.2 x --retry-period "
-            "(got %gs, %gs, %gs)",
-            args.lease_duration,
-            args.renew_deadline,
-            args.retry_period,
-        )
+    problem = leader_flags_problem(args)
+    if problem is not None:
+        log.error("%s", problem)
         return 2
     try:
         api_client = load_api_client(args.kubeconfig)

@@ -38,7 +38,7 @@ from app.rebalancer.metrics import RebalancerMetrics
 from app.rebalancer.plan import LIMITED, NO_FIT, Plan, plan_cycle
 from common.health import HealthServer
 from common.kube import Kube, KubeConfigError, Reflector, load_api_client
-from common.leader import default_identity, elector_from_args
+from common.leader import default_identity, elector_from_args, leader_flags_problem
 
 __all__ = ["Rebalancer", "run"]
 
@@ -204,14 +204,9 @@ def run(args: argparse.Namespace, *, stop: threading.Event | None = None, out: T
         return 2
     if settings is None:
         log.warning("%s (%s)", IDLE, args.policy)
-    if not (args.lease_duration > args.renew_deadline > 1.2 * args.retry_period):
-        log.error(
-            "leader election needs --lease-duration > --renew-deadline > 1.2 x --retry-period "
-            "(got %gs, %gs, %gs)",
-            args.lease_duration,
-            args.renew_deadline,
-            args.retry_period,
-        )
+    problem = leader_flags_problem(args)
+    if problem is not None:
+        log.error("%s", problem)
         return 2
     if args.json and not args.once:
         log.error("--json prints the cycle of --once; the running service shows it on /rebalance")

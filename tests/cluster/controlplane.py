@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 KUBE_VERSION = "v1.36.2"
 BINARIES = ("kube-apiserver", "kube-scheduler", "kubectl")
 CONTROLLER_MANAGER = "kube-controller-manager"
@@ -250,6 +252,18 @@ def spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None 
             argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir, env=env
         )
     return Server(name, proc, log)
+
+
+def scraped(url: str, name: str, **labels: str) -> float:
+    """The sum of the samples called ``name`` whose labels include ``labels``, from ``url``'s /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 def wait_until(

@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.controlplane import (
     ControlPlane,
@@ -35,6 +34,7 @@ from tests.cluster.controlplane import (
     create_nodes,
     free_port,
     node_body,
+    scraped,
     spawn,
     wait_until,
 )
@@ -94,14 +94,7 @@ class Rebalancer:
         return next((n for n in cycle.get("watched", []) if n["node"] == node), None)
 
     def metric(self, name: str, **labels: str) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        return sum(
-            s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-        )
+        return scraped(f"http://127.0.0.1:{self.port}", name, **labels)
 
     def stop(self) -> None:
         self.server.stop()

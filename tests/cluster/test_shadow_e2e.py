@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.controlplane import (
     ControlPlane,
     bound_pods,
     create_nodes,
     node_body,
+    scraped,
     spawn,
     wait_bound,
     wait_until,
@@ -53,14 +53,7 @@ class ShadowExtender(Extender):
         wait_until(ready, self.server, "ballast extender /readyz")
 
     def sample(self, name: str, **labels: str) -> float:
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        return sum(
-            s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-        )
+        return scraped(self.url, name, **labels)
 
     def mode(self) -> str:
         with urllib.request.urlopen(f"{self.url}/nodes", timeout=5) as resp:

@@ -121,6 +121,16 @@ def _limits_view(load: NodeLoad, policy: Policy) -> dict[str, Any]:
     return view
 
 
+def _fold_numa(view: dict[str, Any], pod_view: dict[str, Any] | None, weight: float) -> None:
+    """Fold a NUMA verdict for the pod (crane's NRT or the community one) into a node's view as filter
+    and prioritize fold it: a zone misfit fails the node, the NUMA score mixes into the load score."""
+    if pod_view is None:
+        return
+    if not pod_view["fits"]:
+        view["filter"] = {"passes": False, "reason": pod_view["reason"]}
+    view["score"]["scoreWithNuma"] = combine(view["score"]["score"], pod_view["numaScore"], weight)
+
+
 def rank_views(views: list[dict[str, Any]], policy: Policy) -> None:
     """Relative scoring in /nodes and /explain: rank the nodes shown among themselves, as prioritize ranks
     the names it is sent. Every ranked view keeps crane's absolute score as ``craneScore``. Then (under
@@ -240,24 +250,13 @@ def explain(
         view = explain_node(ext, load, pod, now) | {"known": True}
         if demand is not None:
             view |= _community(ext, name, demand)
-            pod_community = view.get("numaCommunity", {}).get("pod")
-            if pod_community is not None:
-                if not pod_community["fits"]:
-                    view["filter"] = {"passes": False, "reason": pod_community["reason"]}
-                weight = ext.store.current.topology.score_weight
-                view["score"]["scoreWithNuma"] = combine(
-                    view["score"]["score"], pod_community["numaScore"], weight
-                )
+            _fold_numa(
+                view, view.get("numaCommunity", {}).get("pod"), ext.store.current.topology.score_weight
+            )
         if req is not None:
             view["numa"] = numa_view(ext, name, req)
             pod_numa = view["numa"].get("pod") if view["numa"] else None
-            if pod_numa is not None:
-                if not pod_numa["fits"]:
-                    view["filter"] = {"passes": False, "reason": pod_numa["reason"]}
-                weight = ext.store.current.topology.score_weight
-                view["score"]["scoreWithNuma"] = combine(
-                    view["score"]["score"], pod_numa["numaScore"], weight
-                )
+            _fold_numa(view, pod_numa, ext.store.current.topology.score_weight)
         views.append(view)
     rank_views(views, policy)
     for view in views:

@@ -38,8 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 KUBE_VERSION = "v1.36.2"
 BINARIES = ("kube-apiserver", "kube-scheduler", "kubectl")
 CONTROLLER_MANAGER = "kube-controller-manager"
@@ -255,7 +253,12 @@ def spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None 
 
 
 def scraped(url: str, name: str, **labels: str) -> float:
-    """The sum of the samples called ``name`` whose labels include ``labels``, from ``url``'s /metrics."""
+    """The sum of the samples called ``name`` whose labels include ``labels``, from ``url``'s /metrics.
+
+    prometheus_client is imported here, not at the top: ``.ci/run`` runs this module's ``check`` with the
+    system Python before the project's venv exists."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     return sum(

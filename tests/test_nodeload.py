@@ -1,0 +1,101 @@
+"""The NodeLoad contract: what the agent renders, readers parse back; any JSON value parses without an
+exception; the CRD manifest's coordinates are the module's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from common.nodeload import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    NODELOAD_PATH,
+    PLURAL,
+    VERSION,
+    NodeLoadStatus,
+    PodUsage,
+    new_object,
+    parse_status,
+    render_status,
+)
+
+CRD_FILE = Path(__file__).resolve().parents[1] / "scheduler_config" / "crd-nodeload.yaml"
+
+STATUS = NodeLoadStatus(
+    update_time=1_764_100_800.0,
+    window=300.0,
+    node_cpu=3.2,
+    node_memory=12 * 2**30,
+    pods=(PodUsage("shop", "web-1", "6f0c", 0.45, 300 * 2**20),),
+)
+
+
+def test_the_contract_example_renders_as_documented() -> None:
+    assert render_status(STATUS) == {
+        "updateTime": "2025-11-25T20:00:00Z",
+        "window": "5m",
+        "node": {"cpu": "3200m", "memory": "12Gi"},
+        "pods": [{"namespace": "shop", "name": "web-1", "uid": "6f0c", "cpu": "450m", "memory": "300Mi"}],
+    }
+
+
+def test_what_the_agent_renders_the_reader_parses_back() -> None:
+    assert parse_status({"status": render_status(STATUS)}) == STATUS
+
+
+def test_a_bad_pod_entry_is_dropped_and_the_rest_kept() -> None:
+    status = render_status(STATUS)
+    status["pods"].append({"namespace": "shop", "name": "web-2", "uid": "x", "cpu": "lots", "memory": "1Mi"})
+    parsed = parse_status({"status": status})
+    assert parsed is not None and [p.name for p in parsed.pods] == ["web-1"]
+
+
+def test_a_bad_node_total_or_time_is_no_information() -> None:
+    for key, bad in [
+        ("updateTime", "yesterday"),
+        ("window", "-5m"),
+        ("node", {"cpu": "1e400"}),
+        ("pods", "x"),
+    ]:
+        assert parse_status({"status": {**render_status(STATUS), key: bad}}) is None, key
+
+
+def test_freshness_is_two_report_intervals() -> None:
+    t = STATUS.update_time
+    assert STATUS.is_fresh(t + 119, 60)
+    assert not STATUS.is_fresh(t + 120, 60)
+    assert not STATUS.is_fresh(t - 61, 60), "a report far ahead of the reader's clock is not fresh"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_any_json_value_parses_without_an_exception(value: object) -> None:
+    parse_status(value)
+    parse_status({"status": value})
+    parse_status({"status": {**render_status(STATUS), "node": value}})
+    parse_status({"status": {**render_status(STATUS), "pods": [value]}})
+
+
+def test_the_crd_manifest_has_the_module_coordinates() -> None:
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    assert crd["metadata"]["name"] == f"{PLURAL}.{GROUP}"
+    assert crd["spec"]["group"] == GROUP and crd["spec"]["scope"] == "Cluster"
+    assert crd["spec"]["names"]["kind"] == KIND and crd["spec"]["names"]["plural"] == PLURAL
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == VERSION and version["subresources"] == {"status": {}}
+    assert f"/apis/{API_VERSION}/{PLURAL}" == NODELOAD_PATH
+    owner = new_object("node-a", "uid-a")["metadata"]["ownerReferences"][0]
+    assert owner == {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "uid-a"}

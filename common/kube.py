@@ -44,11 +44,20 @@ class KubeConfigError(RuntimeError):
 class ApiError(Exception):
     """A failed API call, with the API server's Status fields when it sent one."""
 
-    def __init__(self, code: int, reason: str, message: str, body: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        body: Mapping[str, Any] | None = None,
+        retry_after: str | None = None,
+    ) -> None:
         self.code = code
         self.reason = reason
         self.message = message
         self.body = body or {}
+        self.retry_after = retry_after
+        """The reply's ``Retry-After`` header, as sent (API-server throttling sends one with its 429)."""
         super().__init__(f"{code} {reason}: {message}")
 
 
@@ -89,7 +98,7 @@ def load_api_client(kubeconfig: str | None = None, user_agent: str | None = None
     return api_client
 
 
-def _api_error(status: int, reason: str, data: bytes | None) -> ApiError:
+def _api_error(status: int, reason: str, data: bytes | None, headers: Any = None) -> ApiError:
     body: dict[str, Any] = {}
     if data:
         try:
@@ -99,9 +108,9 @@ def _api_error(status: int, reason: str, data: bytes | None) -> ApiError:
         except orjson.JSONDecodeError:
             pass
     message = body.get("message") or (data.decode("utf-8", "replace")[:500] if data else "") or reason
-    return ApiError(
-        int(body.get("code") or status), str(body.get("reason") or reason or ""), str(message), body
-    )
+    retry_after = headers.get("Retry-After") if headers is not None else None
+    code = int(body.get("code") or status)
+    return ApiError(code, str(body.get("reason") or reason or ""), str(message), body, retry_after)
 
 
 class Kube:
@@ -165,7 +174,10 @@ class Kube:
             )
         except ApiException as exc:
             raise _api_error(
-                exc.status or 0, exc.reason or "", exc.body if isinstance(exc.body, bytes) else None
+                exc.status or 0,
+                exc.reason or "",
+                exc.body if isinstance(exc.body, bytes) else None,
+                getattr(exc, "headers", None),
             ) from exc
         except Exception as exc:  # connection refused, timeouts, TLS: no HTTP status at all
             raise ApiError(0, "Unavailable", f"{method} {path}: {type(exc).__name__}: {exc}") from exc
@@ -182,7 +194,7 @@ class Kube:
         resp = self._open(method, path, query=query, body=body, content_type=content_type)
         data = resp.read()
         if not 200 <= resp.status < 300:
-            raise _api_error(resp.status, resp.reason or "", data)
+            raise _api_error(resp.status, resp.reason or "", data, resp.headers)
         if not data:
             return {}
         try:

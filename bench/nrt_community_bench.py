@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.extender.nrt_community import parse_community
-from app.extender.nrt_community_check import CommunityCheck
-from app.extender.nrt_community_view import CommunityView
+from app.extender.numa.community import parse_community
+from app.extender.numa.community_check import CommunityCheck
+from app.extender.numa.community_view import CommunityView
 from app.model.podinfo import pod_info
 from app.model.policy import load_policy
 from app.model.policy_store import PolicyStore

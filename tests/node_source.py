@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from app.extender.numa import NodeTopology, ZoneUsage
+from app.extender.numa.crane import NodeTopology, ZoneUsage
 from app.model.nodestate import NodeLoad
 from app.model.podinfo import PodInfo
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from app.extender.numa import numa_request
+from app.extender.numa.crane import numa_request
 from common.podspec import parse_pod
 from tests.conftest import ROOT
 

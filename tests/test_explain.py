@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.extender.main import create_app
-from app.extender.numa_bind import MISSING
+from app.extender.numa.crane_bind import MISSING
 from app.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
 from app.model.nodestate import NodeLoad
 from app.model.policy import load_policy

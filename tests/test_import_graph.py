@@ -181,6 +181,50 @@ def test_the_program_check_catches_a_crossing() -> None:
     ]
 
 
+NUMA = "app.extender.numa"
+NUMA_PURE = ("app.extender.numa.crane", "app.extender.numa.community", "app.extender.numa.community_assumed")
+"""The NUMA arithmetic: tested with tables, so it reads no cluster and speaks no HTTP."""
+NUMA_MAY_IMPORT = (NUMA, "app.extender.bind", "app.extender.wire", MODEL, "common")
+"""The NUMA package sits beside the verbs: it knows the bind contract and the wire shapes, never the
+verbs' HTTP layer, the cache or the wiring that use it."""
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def numa_violations(graph: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """A NUMA module importing past its layer, or a pure one importing I/O (the kube client)."""
+    out = []
+    for module, edges in sorted(graph.items()):
+        if not _within(module, (NUMA,)):
+            continue
+        allowed = (*NUMA_PURE, "common") if module in NUMA_PURE else NUMA_MAY_IMPORT
+        for target in sorted(edges):
+            if not _within(target, allowed) or (module in NUMA_PURE and target == "common.kube"):
+                out.append(f"{module} imports {target}")
+    return out
+
+
+def test_the_numa_package_stays_beside_the_verbs() -> None:
+    graph = import_graph()
+    assert {m for m in graph if _within(m, (NUMA,))} >= {NUMA, *NUMA_PURE}
+    bad = numa_violations(graph)
+    assert not bad, "NUMA imports past its layer:\n" + "\n".join(bad)
+
+
+def test_the_numa_check_catches_a_crossing() -> None:
+    graph = {
+        "app.extender.numa.crane": {"common.kube": 1, "common.podspec": 2},
+        "app.extender.numa.check": {"app.extender.cache": 3, "app.extender.numa.crane": 4},
+        "app.extender.numa.crane_bind": {"app.extender.bind": 5, "common.kube": 6},
+    }
+    assert numa_violations(graph) == [
+        "app.extender.numa.check imports app.extender.cache",
+        "app.extender.numa.crane imports common.kube",
+    ]
+
+
 def test_the_module_graph_has_no_cycle() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())

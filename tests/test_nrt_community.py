@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.extender.nrt_community import (
+from app.extender.numa.community import (
     CommunityTopology,
     Malformed,
     community_demand,
@@ -357,7 +357,7 @@ def test_the_api_coordinates_match_the_shipped_crd() -> None:
 
 
 def test_assumed_record_expires_forgets_and_settles() -> None:
-    from app.extender.nrt_assumed import Assumed, AssumedRecord
+    from app.extender.numa.community_assumed import Assumed, AssumedRecord
 
     now = [100.0]
     rec = AssumedRecord(60, lambda: now[0])
@@ -382,8 +382,8 @@ class _Record:
 
 @pytest.mark.parametrize("method", ["all", "with-exclusive-resources"])
 def test_the_fingerprint_settles_a_node_only_when_it_signs_the_known_and_assumed_pods(method: str) -> None:
-    from app.extender.nrt_assumed import Assumed
-    from app.extender.nrt_community_view import CommunityView
+    from app.extender.numa.community_assumed import Assumed
+    from app.extender.numa.community_view import CommunityView
 
     known = [
         _Record("shop", "db", 4000, 4000, GI, GI),  # exclusive CPUs
@@ -411,9 +411,9 @@ def test_the_fingerprint_settles_a_node_only_when_it_signs_the_known_and_assumed
 
 
 def test_nodes_alike_share_an_answer_but_not_what_is_assumed_on_one_of_them() -> None:
-    from app.extender.nrt_assumed import Assumed
-    from app.extender.nrt_community_check import CommunityCheck
-    from app.extender.nrt_community_view import CommunityView
+    from app.extender.numa.community_assumed import Assumed
+    from app.extender.numa.community_check import CommunityCheck
+    from app.extender.numa.community_view import CommunityView
     from app.model.podinfo import pod_info
     from app.model.policy import load_policy
     from app.model.policy_store import PolicyStore

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.extender.main import create_app
-from app.extender.nrt_assumed import Assumed
+from app.extender.numa.community_assumed import Assumed
 from app.model.policy import load_policy
 from common.kube import Kube, load_api_client
 from common.podfingerprint import fingerprint

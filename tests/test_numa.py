@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.extender.main import create_app
-from app.extender.numa import (
+from app.extender.numa.crane import (
     NumaRequest,
     ZoneUsage,
     combine,
@@ -19,7 +19,7 @@ from app.extender.numa import (
     numa_score,
     parse_nrt,
 )
-from app.extender.numa_bind import MISSING
+from app.extender.numa.crane_bind import MISSING
 from app.model.policy import load_policy
 from common.kube import Kube, load_api_client
 from common.podspec import parse_pod

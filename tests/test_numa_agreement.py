@@ -16,7 +16,7 @@ from agent.cpuset import CPUSet
 from agent.policy import StaticPolicy
 from agent.state import MemoryState
 from app.extender.cache import pod_record
-from app.extender.numa import exclusive_zones, numa_request, parse_nrt
+from app.extender.numa.crane import exclusive_zones, numa_request, parse_nrt
 from app.model.podinfo import pod_info
 from common.podspec import parse_pod
 from common.topology_annotations import (

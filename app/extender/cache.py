@@ -18,9 +18,9 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from app.extender.nrt_community import Malformed
-from app.extender.nrt_community_view import CommunityView
-from app.extender.numa import (
+from app.extender.numa.community import Malformed
+from app.extender.numa.community_view import CommunityView
+from app.extender.numa.crane import (
     NodeTopology,
     ZoneUsage,
     exclusive_zones,

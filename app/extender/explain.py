@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.extender.extender import Extender
-from app.extender.nrt_community import community_demand
-from app.extender.numa import NumaRequest, combine, numa_request, numa_score
+from app.extender.numa.community import community_demand
+from app.extender.numa.crane import NumaRequest, combine, numa_request, numa_score
 from app.model.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
 from app.model.load import check_node, projected_load, relative_scores, score_node
 from app.model.nodestate import NodeLoad

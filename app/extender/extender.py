@@ -14,8 +14,8 @@ from typing import Any, Protocol
 import orjson
 
 from app.extender.metrics import ExtenderMetrics
-from app.extender.numa import NodeTopology, ZoneUsage
-from app.extender.numa_check import NumaCheck
+from app.extender.numa.check import NumaCheck
+from app.extender.numa.crane import NodeTopology, ZoneUsage
 from app.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
 from app.extender.shadow import ShadowBook
 from app.extender.wire import ExtenderArgs, filter_result, require_pod

@@ -35,8 +35,8 @@ from app.extender.connections import RateLimitedLoopErrors
 from app.extender.extender import Extender
 from app.extender.load_bind import LoadPreBind
 from app.extender.metrics import ExtenderMetrics
-from app.extender.nrt_community_check import CommunityCheck, CommunityPreBind
-from app.extender.numa_bind import NumaPreBind
+from app.extender.numa.community_check import CommunityCheck, CommunityPreBind
+from app.extender.numa.crane_bind import NumaPreBind
 from app.model.ledger import Ledger
 from app.model.policy import Policy
 from app.model.policy_store import PolicyStore

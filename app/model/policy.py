@@ -84,7 +84,7 @@ class Estimation:
 
 @dataclass(frozen=True, slots=True)
 class TopologySettings:
-    """NUMA placement (``app.extender.numa``): which resources must fit one zone, and the score's NUMA
+    """NUMA placement (``app.extender.numa.crane``): which resources must fit one zone, and the score's NUMA
     weight."""
 
     memory_aware: bool = False

@@ -18,7 +18,7 @@ from agent.nrt_community import build_community_nrt, community_merge_patch
 from agent.publisher import Publisher, PublisherMetrics, Result
 from agent.topology import CPUTopology
 from agent.topology_sysfs import read_topology
-from app.extender.nrt_community import CommunityTopology, parse_community
+from app.extender.numa.community import CommunityTopology, parse_community
 from ballast.cli import build_parser
 from common.kube import Kube
 from common.podfingerprint import fingerprint

@@ -1,10 +1,10 @@
 """The extender's view of the community NodeResourceTopology objects, kept current by their watch.
 
-Each object is parsed when its event arrives (``app.extender.nrt_community.parse_community``); a request
+Each object is parsed when its event arrives (``app.extender.numa.community.parse_community``); a request
 then costs a dict lookup per node. A malformed object is no information for its node (the node passes),
 counted and kept with its reason for ``/nodes``. Beside the objects sits the assumed record
-(``app.extender.nrt_assumed``): zones bind chose that ``available`` does not count yet, settled when a
-node's ``nodeTopologyPodsFingerprint`` matches the pods the extender knows there.
+(``app.extender.numa.community_assumed``): zones bind chose that ``available`` does not count yet, settled
+when a node's ``nodeTopologyPodsFingerprint`` matches the pods the extender knows there.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from app.extender.nrt_assumed import Assumed, AssumedRecord
-from app.extender.nrt_community import (
+from app.extender.numa.community import (
     CommunityTopology,
     Malformed,
     community_demand,
     community_fit,
     parse_community,
 )
+from app.extender.numa.community_assumed import Assumed, AssumedRecord
 from common.podfingerprint import fingerprint
 
 log = logging.getLogger("ballast.nrt_community")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.extender.bind import AlreadyBound, BindError, Undo
-from app.extender.numa import fit, numa_request
+from app.extender.numa.crane import fit, numa_request
 from app.extender.wire import BindingArgs
 from app.model.policy_store import PolicyStore
 from common.kube import ApiError, Kube

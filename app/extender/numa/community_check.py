@@ -1,10 +1,10 @@
 """The community-NRT side of the verbs: filter out nodes whose zones cannot admit a pod under
 single-numa-node, fold the zone score into prioritize, and at bind record the zones the pod takes.
 
-Nodes with a crane NRT (``topology.crane.io``) are left to ``app.extender.numa_check``; this module
+Nodes with a crane NRT (``topology.crane.io``) are left to ``app.extender.numa.check``; this module
 looks only at nodes with a v1alpha2 object and no crane one. The zone arithmetic is
-``app.extender.nrt_community`` (pure); the objects and the assumed record are
-``app.extender.nrt_community_view``.
+``app.extender.numa.community`` (pure); the objects and the assumed record are
+``app.extender.numa.community_view``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from app.extender.bind import BindError, Undo
-from app.extender.nrt_assumed import Assumed
-from app.extender.nrt_community import (
+from app.extender.numa.community import (
     CommunityFit,
     CommunityTopology,
     Demand,
@@ -25,8 +24,9 @@ from app.extender.nrt_community import (
     community_fit,
     community_score,
 )
-from app.extender.nrt_community_view import CommunityView
-from app.extender.numa import combine
+from app.extender.numa.community_assumed import Assumed
+from app.extender.numa.community_view import CommunityView
+from app.extender.numa.crane import combine
 from app.extender.wire import BindingArgs
 from app.model.podinfo import PodInfo
 from app.model.policy_store import PolicyStore

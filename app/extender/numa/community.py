@@ -470,7 +470,7 @@ def community_score(f: CommunityFit) -> int:
 
 @dataclass
 class Taken:
-    """Per zone, what is assumed taken on one node (``app.extender.nrt_assumed``)."""
+    """Per zone, what is assumed taken on one node (``app.extender.numa.community_assumed``)."""
 
     by_zone: dict[str, dict[str, int]] = field(default_factory=dict)
 

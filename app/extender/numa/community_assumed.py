@@ -8,7 +8,7 @@ and subtracted from ``available`` until the node's object is known to count the 
 reference plugin's overreserve cache does the same), or, for exporters that publish no fingerprint, the
 record's time-to-live runs out (the resync timeout).
 
-No I/O; the owner (``app.extender.nrt_community_view``) calls it under its lock.
+No I/O; the owner (``app.extender.numa.community_view``) calls it under its lock.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from app.extender.nrt_community import Taken
+from app.extender.numa.community import Taken
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """The NUMA side of the verbs: which pods need exclusive CPUs, whether they fit the zones of a node that
 pins CPUs, the nodes filter rejects for it and the score prioritize folds in. What filter learnt about a
-pod is remembered for bind (``app.extender.numa_bind``), which only gets names.
+pod is remembered for bind (``app.extender.numa.crane_bind``), which only gets names.
 
-The zone arithmetic is ``app.extender.numa`` (pure); this module asks the cluster source for a node's
+The zone arithmetic is ``app.extender.numa.crane`` (pure); this module asks the cluster source for a node's
 topology and zone usage.
 """
 
@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from cachetools import TTLCache
 
-from app.extender.nrt_community_check import CommunityCheck
-from app.extender.numa import (
+from app.extender.numa.community_check import CommunityCheck
+from app.extender.numa.crane import (
     Fit,
     NodeTopology,
     NumaRequest,
@@ -25,7 +25,7 @@ from app.extender.numa import (
     numa_request,
     numa_score,
 )
-from app.extender.numa_bind import MISSING
+from app.extender.numa.crane_bind import MISSING
 from app.model.podinfo import PodInfo
 from app.model.policy_store import PolicyStore
 

@@ -1,0 +1,245 @@
+"""The agent's ValidatingAdmissionPolicy (default install) against the real kube-apiserver v1.36.
+
+The agent's account gets a token the way the kubelet gets one for the agent's pod: the TokenRequest API,
+bound to a pod that is bound to node A (a Binding; no kubelet runs here). kube-apiserver writes the pod's node
+into the token, and the policy reads it back from the request's user info. With that token, node A's load
+annotations and NodeLoad A may be written; node B, NodeLoad B, a label, a taint or another annotation on A
+may not. The account is granted more than the shipped role on purpose: the policy must hold wherever RBAC is
+wider than it should be.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.model.load_source import LOAD_ANNOTATION_KEYS, LOAD_SOURCE_KEY, agent_source
+from common.kube import ApiError, Kube, load_api_client
+from common.nodeload import NODELOAD_PATH, new_object
+from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, wait_until
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "scheduler_config" / "deploy"
+VAP = DEPLOY / "agent-admission-policy.yaml"
+NAMESPACE = "ballast-system"
+ACCOUNT = "ballast-agent"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+STAMP = "2026-11-25T00:00:00Z"
+
+# Wider than the shipped role, so that every refusal below is the admission policy's, not RBAC's.
+OVERGRANT = f"""
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: test-agent-overgrant}}
+rules:
+  - apiGroups: [""]
+    resources: ["nodes"]
+    verbs: ["get", "list", "patch", "update"]
+  - apiGroups: ["ballast.io"]
+    resources: ["nodeloads", "nodeloads/status"]
+    verbs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: test-agent-overgrant}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: test-agent-overgrant}}
+subjects: [{{kind: ServiceAccount, name: {ACCOUNT}, namespace: {NAMESPACE}}}]
+"""
+
+
+def test_the_policy_admits_exactly_the_keys_the_code_writes() -> None:
+    """The VAP's key list and app/model/load_source.py's cannot drift apart."""
+    vap = next(d for d in yaml.safe_load_all(VAP.read_text()) if d["kind"] == "ValidatingAdmissionPolicy")
+    allowed = next(v["expression"] for v in vap["spec"]["variables"] if v["name"] == "allowed")
+    assert sorted(json.loads(allowed.replace("'", '"'))) == sorted(LOAD_ANNOTATION_KEYS)
+    username = vap["spec"]["matchConditions"][0]["expression"]
+    assert f"'system:serviceaccount:{NAMESPACE}:{ACCOUNT}'" in username
+    sa = next(
+        d
+        for d in yaml.safe_load_all((DEPLOY / "agent-rbac.yaml").read_text())
+        if d["kind"] == "ServiceAccount"
+    )
+    assert (sa["metadata"]["namespace"], sa["metadata"]["name"]) == (NAMESPACE, ACCOUNT)
+
+
+def _agent_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "serviceAccountName": ACCOUNT,
+            "containers": [{"name": "agent", "image": "ballast:0.1.0"}],
+        },
+    }
+
+
+def _token_kubeconfig(cp: ControlPlane, path: Path, token: str) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "t", "cluster": {"server": cp.server_url,
+                                                "certificate-authority": str(cp.pki / "ca.crt")}}],
+        "users": [{"name": "agent", "user": {"token": token}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "agent"}}],
+        "current-context": "t",
+    }  # fmt: skip
+    path.write_text(json.dumps(config))
+    return path
+
+
+def _request_token(admin: Kube, pod: dict[str, Any] | None) -> str:
+    """A token for the agent's account from the TokenRequest API, bound to ``pod`` when given."""
+    spec: dict[str, Any] = {"expirationSeconds": 600}
+    if pod is not None:
+        meta = pod["metadata"]
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    out = admin.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{ACCOUNT}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
+    return out["status"]["token"]
+
+
+def _claims(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+@pytest.fixture
+def agent_on_a(cluster: ControlPlane, tmp_path: Path) -> Iterator[tuple[Kube, Kube]]:
+    """(the agent's client with a token bound to its pod on node-a, the admin's client)."""
+    cluster.kubectl("apply", "-f", str(DEPLOY / "namespace.yaml"))
+    cluster.kubectl("apply", "-f", str(DEPLOY / "agent-rbac.yaml"))
+    cluster.kubectl("apply", "-f", "-", input=OVERGRANT)
+    cluster.kubectl("apply", "-f", str(ROOT / "scheduler_config" / "crd-nodeload.yaml"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/nodeloads.ballast.io", "--timeout=60s")
+    cluster.kubectl("apply", "-f", str(VAP))
+    admin = Kube(cluster.api())
+    pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    try:
+        create_nodes(cluster.core(), [node_body("node-a", annotations={"team": "a"}), node_body("node-b")])
+        pod = admin.create(pods, _agent_pod("agent-a"))
+        admin.create(
+            f"{pods}/agent-a/binding",
+            {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "agent-a"},
+             "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"}},
+        )  # fmt: skip
+        pod = admin.get(f"{pods}/agent-a")
+        assert pod["spec"]["nodeName"] == "node-a"
+        token = _request_token(admin, pod)
+        # kube-apiserver put the pod's node into the token (ServiceAccountTokenPodNodeInfo, on by default)
+        assert _claims(token)["kubernetes.io"]["node"]["name"] == "node-a"
+        agent = Kube(load_api_client(str(_token_kubeconfig(cluster, tmp_path / "agent.kubeconfig", token))))
+        review = agent.create(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        assert review["status"]["userInfo"]["extra"][NODE_NAME_EXTRA] == ["node-a"]
+        yield agent, admin
+    finally:
+        cluster.kubectl("delete", "-f", str(VAP), "--ignore-not-found")
+        cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=OVERGRANT)
+        cluster.kubectl("delete", "nodeloads", "--all", "--ignore-not-found")
+        cluster.kubectl("delete", "pods", "-n", NAMESPACE, "--all", "--grace-period=0", "--force")
+
+
+def _try(call: Any) -> str:
+    """'' when the call succeeds, else the API server's answer."""
+    try:
+        call()
+    except ApiError as exc:
+        return f"{exc.code} {exc.reason}: {exc.message}"
+    return ""
+
+
+def _load(node: str) -> dict[str, Any]:
+    notes = {"cpu_usage_avg_5m": f"0.35210,{STAMP}", "node_hot_value": f"2,{STAMP}"}
+    return {"metadata": {"annotations": {**notes, LOAD_SOURCE_KEY: agent_source(node)}}}
+
+
+def _status() -> dict[str, Any]:
+    return {
+        "status": {"updateTime": STAMP, "window": "5m", "node": {"cpu": "1", "memory": "1Gi"}, "pods": []}
+    }
+
+
+def test_the_agent_writes_only_its_own_node(agent_on_a: tuple[Kube, Kube]) -> None:
+    agent, admin = agent_on_a
+
+    def refused(why: str) -> bool:
+        return why.startswith("403") and "ValidatingAdmissionPolicy" in why
+
+    # the policy takes effect within seconds of its creation
+    wait_until(
+        lambda: refused(_try(lambda: agent.merge_patch("/api/v1/nodes/node-b", _load("node-b")))),
+        None,
+        "the agent's admission policy in force",
+    )
+    # its own node: the load annotations, its NodeLoad (create, then the status)
+    assert _try(lambda: agent.merge_patch("/api/v1/nodes/node-a", _load("node-a"))) == ""
+    uid = admin.get("/api/v1/nodes/node-a")["metadata"]["uid"]
+    assert _try(lambda: agent.create(NODELOAD_PATH, new_object("node-a", uid))) == ""
+    assert _try(lambda: agent.merge_patch(f"{NODELOAD_PATH}/node-a/status", _status())) == ""
+    assert _try(lambda: agent.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": {
+        "cpu_usage_avg_5m": None}}})) == ""  # fmt: skip
+    # everything else is refused, each by the policy
+    admin.create(NODELOAD_PATH, new_object("node-b", None))
+
+    def on_a(patch: dict[str, Any]) -> Any:
+        return lambda: agent.merge_patch("/api/v1/nodes/node-a", patch)
+
+    for what, call in (
+        ("node B's load", lambda: agent.merge_patch("/api/v1/nodes/node-b", _load("node-b"))),
+        ("NodeLoad C created", lambda: agent.create(NODELOAD_PATH, new_object("node-c", None))),
+        ("NodeLoad B's status", lambda: agent.merge_patch(f"{NODELOAD_PATH}/node-b/status", _status())),
+        ("NodeLoad B deleted", lambda: agent.request("DELETE", f"{NODELOAD_PATH}/node-b")),
+        ("a label on A", on_a({"metadata": {"labels": {"x": "y"}}})),
+        ("a taint on A", on_a({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}})),
+        ("unschedulable A", on_a({"spec": {"unschedulable": True}})),
+        ("another annotation on A", on_a({"metadata": {"annotations": {"other": "1"}}})),
+        ("removing A's annotation", on_a({"metadata": {"annotations": {"team": None}}})),
+        ("a finalizer on A", on_a({"metadata": {"finalizers": ["example.com/hold"]}})),
+    ):  # fmt: skip
+        why = _try(call)
+        assert refused(why), (what, why)
+    node_a = admin.get("/api/v1/nodes/node-a")
+    notes = node_a["metadata"]["annotations"]
+    assert notes["team"] == "a" and notes[LOAD_SOURCE_KEY] == "agent/node-a" and "other" not in notes
+    assert "x" not in node_a["metadata"]["labels"] and not node_a["spec"].get("taints")
+    assert "ballast.io/load-source" not in (
+        admin.get("/api/v1/nodes/node-b")["metadata"].get("annotations") or {}
+    )
+    assert admin.get(f"{NODELOAD_PATH}/node-a")["status"]["updateTime"] == STAMP
+    assert not admin.get(f"{NODELOAD_PATH}/node-b").get("status")
+
+
+def test_a_token_not_bound_to_a_node_may_write_nothing(
+    cluster: ControlPlane, agent_on_a: tuple[Kube, Kube], tmp_path: Path
+) -> None:
+    _, admin = agent_on_a
+    unbound = Kube(
+        load_api_client(
+            str(_token_kubeconfig(cluster, tmp_path / "u.kubeconfig", _request_token(admin, None)))
+        )
+    )
+    wait_until(
+        lambda: (
+            "no node name in its token"
+            in _try(lambda: unbound.merge_patch("/api/v1/nodes/node-a", _load("node-a")))
+        ),
+        None,
+        "the agent's admission policy in force",
+    )
+    why = _try(lambda: unbound.create(NODELOAD_PATH, new_object("node-a", None)))
+    assert why.startswith("403") and "no node name in its token" in why, why
+    # others (the admin here) are not affected
+    admin.merge_patch("/api/v1/nodes/node-a", {"metadata": {"labels": {"x": "y"}}})

@@ -519,6 +519,7 @@ def rebalancer_calls(fake: FakeKube, kubeconfig: Path, tmp_path: Path) -> set[Ap
         "thresholds": [{"name": "cpu_usage_avg_5m", "high": 0.8, "low": 0.45}], "consecutiveAbnormal": 1,
     }  # fmt: skip
     policy.write_text(yaml.safe_dump(doc))
+    fake.register_custom_resource("ballast.io", "v1alpha1", "nodeloads", "NodeLoad", status_subresource=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for name, load in (("hot", 0.95), ("cool", 0.10)):
         fake.add(make_node(name, cpu="8", annotations={"cpu_usage_avg_5m": f"{load},{stamp}"}))
@@ -552,6 +553,7 @@ def test_rebalancer_rbac_is_exactly_what_the_rebalancer_calls(
     assert ApiCall("create", "", "pods", "eviction", "default", "web-1") in calls
     assert ApiCall("create", "", "events", "", "default") in calls
     assert ApiCall("watch", "", "pods") in calls and ApiCall("watch", "", "nodes") in calls
+    assert ApiCall("watch", "ballast.io", "nodeloads") in calls
     bindings = grants_for(DOCS, *service_account("Deployment", "ballast-rebalancer"))
     assert bindings.builtin == []
     result = audit(calls, bindings.grants, EXEMPT)

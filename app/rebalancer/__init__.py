@@ -6,15 +6,18 @@ Pure (no I/O, tested with tables):
   why it may never be evicted.
 - ``classify``  hot, cool, normal or unknown from fresh annotations; cycle counts; the wait after an
   eviction for a newer measurement.
-- ``victims``   who may go, and in which order.
+- ``victims``   who may go, how much each takes off (measured from a fresh NodeLoad, else estimated), and
+  in which order.
 - ``fit``       whether a victim would be placed on a cool node (the extender's filter, requests, selectors,
-  taints), with this cycle's reservations.
+  taints) and stay below ``high`` with a margin, with this cycle's reservations.
 - ``limits``    per node, namespace, cycle, and per workload in a window.
 - ``plan``      one cycle's decisions, and the view of them (``/rebalance``, ``--once --json``).
+- ``policy_check`` policies that set the extender and the rebalancer against each other (reported).
 
 I/O:
 
 - ``cache``     watch-driven nodes and pods (``common.kube.Reflector``), indexed by node.
+- ``nodeloads`` watch-driven NodeLoads: each node's measured per-pod usage, read when fresh.
 - ``evictor``   ``policy/v1`` Evictions (429 = a PodDisruptionBudget says not now), Events, pace.
 - ``metrics``, ``cli``, ``run``: counters, flags, and the wiring with leader election and health.
 """

@@ -9,26 +9,39 @@ a missing, stale or unreadable annotation is no information):
 - *normal*: neither, with at least one fresh value;
 - *unknown*: no threshold metric has a fresh value.
 
-The ``Tracker`` counts cycles as koord-descheduler's anomaly detector does: a hot cycle adds one to the
-abnormal count and clears the normal run; ``consecutiveNormal`` normal (or cool) cycles in a row clear the
-abnormal count; an unknown cycle changes nothing (missing data neither condemns nor clears a node). A node is
-acted on only while it reads hot and its count has reached ``consecutiveAbnormal``, so a spike shorter than
-that moves nothing. After an eviction from a node, it is left alone until a measurement newer than the
-eviction arrives for every metric that made it hot: no second round on the data that caused the first.
+The ``Tracker`` counts cycles: a hot cycle adds one to the abnormal count and clears the normal run;
+``consecutiveNormal`` normal (or cool) cycles in a row clear the abnormal count; an unknown cycle changes
+nothing (missing data neither condemns nor clears a node). A node is acted on in the cycle whose hot reading
+brings its count to ``consecutiveAbnormal`` (the Nth hot cycle) and in every later cycle while it stays hot,
+so a spike shorter than N cycles moves nothing. (koord-descheduler's anomaly detector, which this resembles,
+acts only after *more* than N abnormal observations when N > 1, one cycle later; Ballast acts at N, for
+every N, so ``consecutiveAbnormal: 1`` and ``2`` differ.) After an eviction from a node, it is left alone
+until a measurement newer than the eviction arrives for every metric that made it hot: no second round on
+the data that caused the first.
+
+A pod that arrived on its node as the replacement of a pod this rebalancer moved (same owner, placed
+after the eviction) is not moved again until its new node has read hot for ``consecutiveAbnormal`` cycles
+on measurements newer than its arrival (``settling``): a node's count may include cycles from before the
+pod came, and those say nothing about the node with it.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from app.model.annotations import fresh
 from app.model.nodestate import NodeLoad
 from app.model.rebalance_policy import RebalanceSettings
 
-__all__ = ["Counts", "HotMetric", "Reading", "Tracker", "read_node"]
+__all__ = ["MOVED_MEMORY", "Counts", "HotMetric", "Reading", "Tracker", "owner_key", "read_node"]
 
 HOT, COOL, NORMAL, UNKNOWN = "hot", "cool", "normal", "unknown"
+MOVED_MEMORY = 3600.0
+"""Seconds an eviction is remembered to recognise its replacement: a replacement scheduled later than an
+hour after its eviction is treated like any other pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +88,19 @@ class Counts:
     normal: int = 0
     evicted_at: float | None = None
     """When the rebalancer last evicted (or, dry, would have evicted) from this node."""
+    hot_measured: deque[float] = field(default_factory=deque)
+    """The measurement time (the oldest hot metric's timestamp) of each of the last
+    ``consecutiveAbnormal`` hot cycles of the current abnormal run."""
+
+
+def owner_key(namespace: str, kind: str, name: str) -> str:
+    """A pod's owner as ``settling`` tracks it: the controller itself (a ReplicaSet, not its Deployment),
+    since that is what creates the replacement."""
+    return f"{namespace}/{kind}/{name}"
+
+
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Tracker:
@@ -83,6 +109,8 @@ class Tracker:
 
     def __init__(self) -> None:
         self.counts: dict[str, Counts] = {}
+        self.moved: dict[str, float] = {}
+        """Owner (``owner_key``) -> when the rebalancer last chose to evict one of its pods."""
 
     def observe(self, name: str, reading: Reading, settings: RebalanceSettings) -> Counts:
         c = self.counts.get(name)
@@ -91,11 +119,42 @@ class Tracker:
         if reading.state == HOT:
             c.abnormal += 1
             c.normal = 0
+            c.hot_measured.append(min(h.timestamp for h in reading.hot))
+            while len(c.hot_measured) > settings.consecutive_abnormal:
+                c.hot_measured.popleft()
         elif reading.state in (NORMAL, COOL):
             c.normal += 1
             if c.normal >= settings.consecutive_normal:
                 c.abnormal = 0
+                c.hot_measured.clear()
         return c
+
+    def moving(self, owner: str, at: float) -> None:
+        """A pod of ``owner`` is chosen to move: its replacement settles before it may move again."""
+        self.moved[owner] = at
+
+    def forget_moves(self, now: float) -> None:
+        for owner in [o for o, at in self.moved.items() if at <= now - MOVED_MEMORY]:
+            del self.moved[owner]
+
+    def settling(self, owner: str, placed: float, node: str, settings: RebalanceSettings) -> str | None:
+        """Why a pod of ``owner`` placed at ``placed`` on ``node`` may not move yet, or ``None``.
+
+        A pod placed at or after an eviction of its owner's pod (``placed`` has whole seconds, so the
+        second of the eviction counts) is its replacement; it may go once ``node``'s last
+        ``consecutiveAbnormal`` hot cycles all read measurements newer than ``placed``."""
+        at = self.moved.get(owner)
+        if at is None or placed + 1 <= at:
+            return None
+        c = self.counts.get(node)
+        seen = sum(1 for t in c.hot_measured if t > placed) if c is not None else 0
+        need = settings.consecutive_abnormal
+        if seen >= need:
+            return None
+        return (
+            f"moved here (placed {_iso(placed)}, after its owner's eviction): waits until {node} reads "
+            f"hot for {need} cycles on measurements newer than its arrival ({seen} so far)"
+        )
 
     def retain(self, names: Iterable[str]) -> None:
         """Forget nodes that are gone."""

@@ -58,6 +58,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "consecutiveAbnormal above 1 it shows what waits, and evicts nothing)",
     )
     p.add_argument("--json", action="store_true", help="with --once: print the cycle as JSON")
+    p.add_argument(
+        "--load-report-interval",
+        type=duration,
+        default="1m",
+        metavar="DURATION",
+        help="the agents' --load-report-interval: a NodeLoad counts as fresh (its pods' measured usage is "
+        "used instead of their estimates) while its updateTime is within two of these",
+    )
 
     add_leader_flags(p, "ballast-rebalancer", "evicts", "evicting")
 

@@ -9,8 +9,12 @@ for the constraints that decide most placements:
 - requests fit allocatable: cpu, memory and the pod count, counting the pods bound there and the victims
   already sent there this cycle (kube-scheduler's NodeResourcesFit);
 - the extender's own filter (``app.model.load.check_node``, the same function) passes with the estimates
-  of pods placed since the node was measured, of the victims already sent there, and of this pod;
-- the node stays below every rebalance ``high`` with them, so a move never makes a new hot node.
+  of pods placed since the node was measured, of the victims already sent there, and of this pod: the
+  extender counts a replacement by its estimate, so that is what it will check;
+- the node stays strictly below every rebalance ``high`` with the pods placed since its measurement (their
+  estimates) and the victims sent there, each at its ``victims.margin`` (its measured usage, or the larger
+  of its request and its estimate), so a move never makes a new hot node that the next cycle would move
+  the pod away from again.
 
 Not modelled (the scheduler may still decide otherwise; the evicted pod's owner recreates it anyway):
 inter-pod affinity and anti-affinity, topology spread constraints, host ports, volume topology and
@@ -31,6 +35,7 @@ from app.model.nodestate import NodeLoad, parse_node
 from app.model.policy import Policy
 from app.model.rebalance_policy import RebalanceSettings
 from app.rebalancer.pods import PodFacts
+from app.rebalancer.victims import ESTIMATED, MEASURED, Usage, margin
 from common.quantity import parse_quantity
 
 __all__ = ["NodeFacts", "Target", "node_facts", "why_not"]
@@ -87,6 +92,10 @@ class Target:
     """Estimates of the pods bound there (the estimation rules decide which still count)."""
     reserved: list[PodFacts] = field(default_factory=list)
     """Victims sent here this cycle."""
+    sent: list[Estimate] = field(default_factory=list)
+    """The victims sent here, as the extender will count their replacements (their estimates)."""
+    sent_margins: list[Estimate] = field(default_factory=list)
+    """The victims sent here, at their margins (what the "no new hot node" check counts)."""
 
     @classmethod
     def of(cls, node: NodeFacts, pods: list[PodFacts]) -> Target:
@@ -100,23 +109,36 @@ class Target:
             t.placed.append(Estimate(p.uid, p.key, node.name, p.cpu_milli, p.memory_bytes, p.placed))
         return t
 
-    def reserve(self, pod: PodFacts, now: float) -> None:
+    def _estimate(self, pod: PodFacts, cpu: int, memory: int, now: float) -> Estimate:
+        return Estimate(pod.uid, pod.key, self.node.name, cpu, memory, now)
+
+    def reserve(self, pod: PodFacts, now: float, usage: Usage | None = None) -> None:
+        """``pod`` goes here; ``usage`` is what it takes off its node (its estimate when not given)."""
+        room = margin(pod, usage or Usage(pod.cpu_milli, pod.memory_bytes, ESTIMATED))
         self.reserved.append(pod)
         self.requested_cpu_milli += pod.cpu_request_milli
         self.requested_memory_bytes += pod.memory_request_bytes
         self.pods += 1
-        self.placed.append(Estimate(pod.uid, pod.key, self.node.name, pod.cpu_milli, pod.memory_bytes, now))
+        self.sent.append(self._estimate(pod, pod.cpu_milli, pod.memory_bytes, now))
+        self.sent_margins.append(self._estimate(pod, room.cpu_milli, room.memory_bytes, now))
 
     def after(self, pod: PodFacts, plan: MetricPlan, now: float) -> dict[str, float]:
-        """Usage ratios per metric added by the estimates counted here plus ``pod``."""
+        """Usage ratios per metric the extender will add: the estimates counted here plus ``pod``'s."""
         load = self.node.load
-        incoming = Estimate(pod.uid, pod.key, load.name, pod.cpu_milli, pod.memory_bytes, now)
-        return extra(load, plan, units(load, plan, self.placed, now), incoming)
+        incoming = self._estimate(pod, pod.cpu_milli, pod.memory_bytes, now)
+        return extra(load, plan, units(load, plan, [*self.placed, *self.sent], now), incoming)
+
+    def after_margin(self, pod: PodFacts, room: Usage, plan: MetricPlan, now: float) -> dict[str, float]:
+        """Usage ratios per metric with the victims sent here and ``pod`` at their margins."""
+        load = self.node.load
+        incoming = self._estimate(pod, room.cpu_milli, room.memory_bytes, now)
+        return extra(load, plan, units(load, plan, [*self.placed, *self.sent_margins], now), incoming)
 
     def standing(self, policy: Policy, plan: MetricPlan, now: float) -> float:
         """The extender's projected load with what is counted here: the lower, the better the target."""
         load = self.node.load
-        value = projected_load(load, policy, now, extra(load, plan, units(load, plan, self.placed, now)))
+        counted = units(load, plan, [*self.placed, *self.sent], now)
+        value = projected_load(load, policy, now, extra(load, plan, counted))
         return value if value is not None else float("inf")
 
 
@@ -175,8 +197,10 @@ def why_not(
     settings: RebalanceSettings,
     plan: MetricPlan,
     now: float,
+    usage: Usage | None = None,
 ) -> str | None:
-    """Why ``pod`` would not be placed on ``target`` now, or ``None`` when it fits."""
+    """Why ``pod`` would not be placed on ``target`` now, or ``None`` when it fits. ``usage`` is what the
+    pod takes off its node (measured or estimated; its estimate when not given)."""
     node = target.node
     if (problem := _constraints(pod, node)) is not None:
         return problem
@@ -191,14 +215,17 @@ def why_not(
         return "memory requests exceed allocatable"
     if node.allocatable_pods is not None and target.pods + 1 > node.allocatable_pods:
         return "pod count at allocatable"
-    added = target.after(pod, plan, now)
-    rejection = check_node(load, policy, now, added)
+    rejection = check_node(load, policy, now, target.after(pod, plan, now))
     if rejection is not None:
         return f"the extender's filter: {rejection.reason}"
+    room = margin(pod, usage or Usage(pod.cpu_milli, pod.memory_bytes, ESTIMATED))
+    added = target.after_margin(pod, room, plan, now)
     for t in settings.thresholds:
         if t.high is None:
             continue
         sample = fresh(load.samples.get(t.name), t.valid_for, now)
-        if sample is not None and sample.value + added.get(t.name, 0.0) > t.high:
-            return f"would turn hot: {t.name} {sample.value + added.get(t.name, 0.0):.2f} > high {t.high:.2f}"
+        if sample is not None and sample.value + added.get(t.name, 0.0) >= t.high:
+            value = sample.value + added.get(t.name, 0.0)
+            how = "its measured usage" if room.source == MEASURED else "max(request, estimate)"
+            return f"would not stay below high: {t.name} {value:.2f} >= {t.high:.2f} with the pod at {how}"
     return None

@@ -52,3 +52,10 @@ class RebalancerMetrics:
             registry=r,
         )
         self.policy_reloads, self.policy_ok = policy_reload_metrics("ballast_rebalancer", r)
+        self.policy_warnings = Gauge(
+            "ballast_rebalancer_policy_warnings",
+            "Problems in the running policy that let the extender and the rebalancer work against each other "
+            "(a rebalance metric whose filter limit is missing or not below its high); the log and /readyz "
+            "name them.",
+            registry=r,
+        )

@@ -6,9 +6,13 @@
 3. Hot nodes are taken in order of how far they are above ``high`` (the worst first). A node acts only
    when its count is reached and its last eviction is older than its hot measurements.
 4. On an acting node the candidates (``victims``) are picked one by one until every hot metric is projected
-   below its ``high``. A pick must pass the limits (``limits``) and fit on a cool node (``fit``), tried
-   coolest first; the node it fits on is reserved for the rest of the cycle, so ten victims never all
-   count on the same room.
+   below its ``high``, each counted at its measured usage when its node's fresh NodeLoad lists it, else at
+   its estimate (``victims.usage_of``). A replacement of a pod moved earlier waits until its new node has
+   been measured with it (``classify.Tracker.settling``). A pick must pass the limits (``limits``) and fit
+   on a cool node (``fit``), tried coolest first; the node it fits on is reserved for the rest of the
+   cycle, so ten victims never all count on the same room. When a node's allocatable for a hot metric's
+   resource cannot be read, no relief can be projected: it gives one victim a cycle, and the next
+   measurement says whether another is needed.
 
 The plan lists every eviction with its target and the message its Event carries, and per node what was
 decided about each candidate and why: the ``/rebalance`` view and ``--once --json`` show it as it is.
@@ -27,11 +31,15 @@ from app.model.estimation import metric_plan
 from app.model.load import projected_load
 from app.model.policy import Policy
 from app.model.rebalance_policy import RebalanceSettings
-from app.rebalancer.classify import COOL, HOT, Reading, Tracker, read_node
+from app.rebalancer.classify import COOL, HOT, Reading, Tracker, owner_key, read_node
 from app.rebalancer.fit import NodeFacts, Target, why_not
 from app.rebalancer.limits import Limiter
 from app.rebalancer.pods import PodFacts
-from app.rebalancer.victims import excess, order_key, relief, split
+from app.rebalancer.victims import Usage, excess, order_key, relief, split, usage_of
+
+Measured = Callable[[str], Mapping[str, tuple[int, int]]]
+"""Node name -> its fresh measured usages by pod uid (``nodeloads.NodeLoadCache.fresh`` at the cycle's
+time); empty where there is none."""
 
 __all__ = ["Choice", "NodePlan", "Plan", "plan_cycle"]
 
@@ -61,9 +69,13 @@ class Choice:
     """The Event's message for an eviction."""
     result: str | None = None
     """What the eviction call did (set by the evictor): evicted, pdb_blocked, error, dry_run."""
+    usage: Usage | None = None
+    """What the pod takes off its node, ``measured`` or ``estimated`` (candidates of a hot node)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {**self.pod.to_json(), "outcome": self.outcome, "why": self.why}
+        if self.usage is not None:
+            out["usage"] = self.usage.to_json()
         if self.target:
             out["target"] = self.target
         if self.result:
@@ -110,7 +122,7 @@ class Plan:
     @staticmethod
     def _eviction(c: Choice) -> dict[str, Any]:
         out = {"pod": c.pod.key, "node": c.pod.node, "target": c.target, "message": c.message}
-        return {**out, "result": c.result}
+        return {**out, "usage": c.usage.to_json() if c.usage else None, "result": c.result}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,9 +136,10 @@ class Plan:
         }
 
 
-def _message(reading: Reading, count: int, target: str) -> str:
+def _message(reading: Reading, count: int, target: str, usage: Usage) -> str:
     hot = ", ".join(f"{h.metric} {h.value:.2f} > high {h.high:.2f}" for h in reading.hot)
-    return f"{hot} for {count} cycles; fits on {target}"
+    use = f"usage {usage.source} (cpu {usage.cpu_milli}m, memory {usage.memory_bytes // 2**20}Mi)"
+    return f"{hot} for {count} cycles; {use}; fits on {target}"
 
 
 class _Targets:
@@ -167,29 +180,30 @@ class _Targets:
         bisect.insort(self.order, (key, name))
 
 
-def _shape(pod: PodFacts) -> tuple[Any, ...]:
+def _shape(pod: PodFacts, usage: Usage) -> tuple[Any, ...]:
     """What the fit check reads of a pod: two pods of one shape fit on the same nodes."""
     return (
         pod.cpu_request_milli, pod.memory_request_bytes, pod.cpu_milli, pod.memory_bytes,
-        tuple(sorted(pod.node_selector.items())), pod.affinity_terms, pod.tolerations,
+        tuple(sorted(pod.node_selector.items())), pod.affinity_terms, pod.tolerations, usage,
     )  # fmt: skip
 
 
 def _find_target(
     pod: PodFacts,
+    usage: Usage,
     targets: _Targets,
     policy: Policy,
     settings: RebalanceSettings,
     plan: Any,
     now: float,
 ) -> tuple[Target | None, list[str]]:
-    shape = _shape(pod)
+    shape = _shape(pod, usage)
     if (known := targets.no_fit.get(shape)) is not None:
         return None, known
     reasons: list[str] = []
     for _, name in targets.order[:TARGETS_PER_CANDIDATE]:
         t = targets.get(name)
-        why = why_not(pod, t, policy, settings, plan, now)
+        why = why_not(pod, t, policy, settings, plan, now, usage)
         if why is None:
             return t, reasons
         if len(reasons) < 3:
@@ -206,10 +220,12 @@ def plan_cycle(
     tracker: Tracker,
     limiter: Limiter,
     now: float,
+    measured: Measured | None = None,
 ) -> Plan:
-    """Decide this cycle's evictions. Updates ``tracker`` (cycle counts) and ``limiter`` (this cycle's
-    counts); the caller commits evictions that happen."""
+    """Decide this cycle's evictions. Updates ``tracker`` (cycle counts, owners moved) and ``limiter``
+    (this cycle's counts); the caller commits evictions that happen."""
     plan = Plan(at=now)
+    tracker.forget_moves(now)
     limiter.begin(settings.limits)
     readings: dict[str, Reading] = {}
     hot: list[tuple[float, str]] = []
@@ -250,6 +266,17 @@ def plan_cycle(
         plan.nodes.append(node)
         candidates, skipped = split(pods_on(name), settings)
         node.candidates.extend(Choice(p, SKIPPED, why) for p, why in skipped)
+        on_node = measured(name) if measured is not None else {}
+        usage = {p.uid: usage_of(p, on_node) for p in candidates}
+        settled = []
+        for p in candidates:
+            owner = owner_key(p.namespace, p.owner_kind, p.owner_name)
+            why = tracker.settling(owner, p.placed, name, settings)
+            if why is None:
+                settled.append(p)
+            else:
+                node.candidates.append(Choice(p, SKIPPED, why, usage=usage[p.uid]))
+        candidates = settled
         load = nodes[name].load
         if counts.abnormal < settings.consecutive_abnormal:
             node.status = f"waiting: hot for {counts.abnormal} of {settings.consecutive_abnormal} cycles"
@@ -259,8 +286,10 @@ def plan_cycle(
             node.status = f"idle: {plan.idle}"
         if node.status != "acting" or targets is None:
             over = excess({h.metric: h.value for h in reading.hot}, reading.hot)
-            for pod in sorted(candidates, key=lambda p: order_key(p, over, load, thresholds)):
-                node.candidates.append(Choice(pod, WAITING, "the node does not act this cycle"))
+            for pod in sorted(candidates, key=lambda p: order_key(p, usage[p.uid], over, load, thresholds)):
+                node.candidates.append(
+                    Choice(pod, WAITING, "the node does not act this cycle", usage=usage[pod.uid])
+                )
             continue
         projected = {h.metric: h.value for h in reading.hot}
         remaining = list(candidates)
@@ -269,39 +298,54 @@ def plan_cycle(
             over = excess(projected, reading.hot)
             if not over:
                 break
-            pod = min(remaining, key=lambda p: order_key(p, over, load, thresholds))
+            pod = min(remaining, key=lambda p: order_key(p, usage[p.uid], over, load, thresholds))
             remaining.remove(pod)
+            use = usage[pod.uid]
             if (why := limiter.refuse(pod, now)) is not None:
-                node.candidates.append(Choice(pod, LIMITED, why))
+                node.candidates.append(Choice(pod, LIMITED, why, usage=use))
                 if limiter.node_full(name) or limiter.cycle_full():
                     node.status = f"stopped by a {why}"
                     break
                 continue
-            target, reasons = _find_target(pod, targets, policy, settings, mplan, now)
+            target, reasons = _find_target(pod, use, targets, policy, settings, mplan, now)
             if target is None:
                 detail = "; ".join(reasons) if reasons else "no cool node"
-                node.candidates.append(Choice(pod, NO_FIT, f"fits on no cool node ({detail})"))
+                node.candidates.append(Choice(pod, NO_FIT, f"fits on no cool node ({detail})", usage=use))
                 misses += 1
                 if misses >= NO_FIT_PER_NODE:
                     node.status = f"stopped: {misses} candidates fit on no cool node (tried again next cycle)"
                     break
                 continue
-            target.reserve(pod, now)
+            target.reserve(pod, now, use)
             targets.moved(target.node.name, target.standing(policy, mplan, now))
             limiter.plan(pod)
+            tracker.moving(owner_key(pod.namespace, pod.owner_kind, pod.owner_name), now)
+            unreadable = []
             for h in reading.hot:
-                projected[h.metric] -= relief(pod, load, thresholds[h.metric])
+                r = relief(use, load, thresholds[h.metric])
+                if r is None:
+                    unreadable.append(h.metric)
+                else:
+                    projected[h.metric] -= r
+            why = "takes " + ", ".join(
+                f"{h.metric} to {projected[h.metric]:.2f}" for h in reading.hot if h.metric not in unreadable
+            ) if len(unreadable) < len(reading.hot) else "relieves it"  # fmt: skip
             choice = Choice(
                 pod,
                 EVICT,
-                "takes " + ", ".join(
-                    f"{h.metric} to {projected[h.metric]:.2f}" for h in reading.hot
-                ),
+                f"{why} ({use.source})",
                 target=target.node.name,
-                message=_message(reading, counts.abnormal, target.node.name),
-            )  # fmt: skip
+                message=_message(reading, counts.abnormal, target.node.name, use),
+                usage=use,
+            )
             node.candidates.append(choice)
             plan.evictions.append(choice)
-        if excess(projected, reading.hot) and node.status == "acting":
+            if unreadable:
+                node.status = (
+                    f"acting: one victim a cycle (allocatable for {', '.join(unreadable)} cannot be read, so "
+                    "its relief cannot be projected)"
+                )
+                break
+        if node.status == "acting" and excess(projected, reading.hot):
             node.status = "acting: still above high after every candidate that could go"
     return plan

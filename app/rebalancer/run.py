@@ -35,10 +35,13 @@ from app.rebalancer.classify import Tracker
 from app.rebalancer.evictor import ERROR, EVICTED, Evictor
 from app.rebalancer.limits import Limiter
 from app.rebalancer.metrics import RebalancerMetrics
+from app.rebalancer.nodeloads import NodeLoadCache
 from app.rebalancer.plan import LIMITED, NO_FIT, Plan, plan_cycle
+from app.rebalancer.policy_check import policy_warnings
 from common.health import HealthServer
-from common.kube import Kube, KubeConfigError, Reflector, load_api_client
+from common.kube import ApiError, Kube, KubeConfigError, Reflector, load_api_client
 from common.leader import default_identity, elector_from_args, leader_flags_problem
+from common.nodeload import NODELOAD_PATH
 
 __all__ = ["Rebalancer", "run"]
 
@@ -73,6 +76,7 @@ class Rebalancer:
         may_act: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Any] = time.sleep,
+        measured: NodeLoadCache | None = None,
     ) -> None:
         self.policy = policy
         self.nodes = nodes
@@ -83,6 +87,10 @@ class Rebalancer:
         self.may_act = may_act
         self.clock = clock
         self.sleep = sleep
+        self.measured = measured
+        """The agents' NodeLoads: measured per-pod usage (``None``: every pod is estimated)."""
+        self.warnings: tuple[str, ...] = ()
+        """``policy_check.policy_warnings`` of the running policy."""
         self.tracker = Tracker()
         self.limiter: Limiter | None = None
         self.last: Plan | None = None
@@ -98,6 +106,10 @@ class Rebalancer:
         policy = self.policy()
         if self._settings is None or self._settings[0] is not policy:
             self._settings = (policy, rebalance_settings(policy))
+            self.warnings = policy_warnings(policy, self._settings[1])
+            self.metrics.policy_warnings.set(len(self.warnings))
+            for warning in self.warnings:
+                log.warning("policy %s: %s", policy.source, warning)
         return self._settings[1]
 
     def cycle(self) -> Plan | None:
@@ -122,9 +134,11 @@ class Rebalancer:
         if self.limiter is None:
             self.limiter = Limiter(settings.limits)
         now = self.clock()
+        cache = self.measured
         plan = plan_cycle(
-            self.nodes.snapshot(), self.pods.on, self.policy(), settings, self.tracker, self.limiter, now
-        )
+            self.nodes.snapshot(), self.pods.on, self.policy(), settings, self.tracker, self.limiter, now,
+            measured=(lambda node: cache.fresh(node, now)) if cache is not None else None,
+        )  # fmt: skip
         for state in ("hot", "cool", "normal", "unknown"):
             self.metrics.nodes.labels(state).set(plan.states.get(state, 0))
         outcomes = plan.outcomes()
@@ -189,7 +203,12 @@ class Rebalancer:
             "policy": self.policy().source,
             "settings": settings.to_json() if settings is not None else None,
             "note": self.last_note,
-            "watched": {"nodes": len(self.nodes), "pods": len(self.pods)},
+            "policyWarnings": list(self.warnings),
+            "watched": {
+                "nodes": len(self.nodes),
+                "pods": len(self.pods),
+                "nodeLoads": len(self.measured) if self.measured is not None else 0,
+            },
             "lastCycle": plan.to_json() if plan is not None else None,
         }
 
@@ -263,6 +282,12 @@ def _once(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, o
     except Exception as exc:
         log.error("cannot list from the Kubernetes API, nothing evicted: %s", exc)
         return 1
+    measured = NodeLoadCache(args.load_report_interval)
+    try:
+        items, _ = kube.list_all(NODELOAD_PATH)
+        measured.replace(items, "")
+    except ApiError as exc:  # no CRD, or not allowed: every pod is estimated
+        log.warning("cannot list NodeLoads (%s): every pod's usage is estimated from its requests", exc)
     elector = None
     if args.leader_elect and not args.dry_run:
         elector = elector_from_args(args, kube, identity, metrics.leader, metrics.lease_transitions)
@@ -278,6 +303,7 @@ def _once(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, o
         _evictor(args, kube, identity, metrics),
         metrics,
         may_act=elector.is_leader if elector is not None else (lambda: True),
+        measured=measured,
     )
     try:
         plan = rebalancer.cycle()
@@ -294,6 +320,7 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
     metrics = RebalancerMetrics()
     store = PolicyStore(policy, args.policy, metrics, check=settings_problem)
     nodes, pods = NodeCache(lambda: store.current), PodCache(lambda: store.current)
+    measured = NodeLoadCache(args.load_report_interval)
 
     def changed(new: Policy) -> None:
         nodes.reparse()
@@ -305,6 +332,11 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
         Reflector(kube, "/api/v1/pods", pods, params={"fieldSelector": "spec.nodeName!="}, name="pods",
                   resync_seconds=args.resync),
     ]  # fmt: skip
+    # optional: without the CRD (or while its watch is down) every pod's usage is its estimate, and a
+    # NodeLoad that stops being updated stops counting by its own time
+    loads = Reflector(
+        kube, NODELOAD_PATH, measured, name="nodeloads", resync_seconds=args.resync, optional=True
+    )
     elector = (
         elector_from_args(args, kube, identity, metrics.leader, metrics.lease_transitions)
         if args.leader_elect is not False
@@ -315,6 +347,8 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
         log.warning("leader election is off: run exactly one rebalancer replica")
 
     def blocked() -> str | None:
+        if not loads.synced.is_set():
+            return "the nodeloads watch has not listed yet"
         for r in reflectors:
             if not r.synced.is_set():
                 return f"the {r.name} watch has not listed yet"
@@ -327,7 +361,7 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
 
     rebalancer = Rebalancer(
         lambda: store.current, nodes, pods, _evictor(args, kube, identity, metrics), metrics,
-        blocked=blocked, may_act=may_act,
+        blocked=blocked, may_act=may_act, measured=measured,
     )  # fmt: skip
     beat = [time.monotonic()]
 
@@ -338,13 +372,15 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
         return True, "ok"
 
     def ready() -> tuple[bool, str]:
-        waiting = [r.name for r in reflectors if not r.synced.is_set()]
+        waiting = [r.name for r in (*reflectors, loads) if not r.synced.is_set()]
         if waiting:
             return False, "waiting for the first list of " + ", ".join(waiting)
         if store.failure is not None:
             return False, f"policy reload refused, still running the previous policy: {store.failure.error}"
         if rebalancer.settings() is None:
             return True, f"ok: {IDLE}"
+        if rebalancer.warnings:
+            return True, "ok; policy warnings: " + "; ".join(rebalancer.warnings)
         return True, "ok"
 
     def page() -> bytes:
@@ -366,7 +402,7 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
             handled.append((signum, signal.signal(signum, lambda s, f: _on_signal(s, stop))))
         handled.append((signal.SIGHUP, signal.signal(signal.SIGHUP, lambda s, f: hangup.set())))
     try:
-        for r in reflectors:
+        for r in (*reflectors, loads):
             r.start()
         if elector is not None:
             elector.start()
@@ -385,7 +421,7 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
             signal.signal(signum, previous)
         if elector is not None:
             elector.stop()
-        for r in reflectors:
+        for r in (*reflectors, loads):
             r.stop()
         if server is not None:
             server.close()

@@ -41,7 +41,9 @@ def test_nothing_moves_before_the_count_nor_without_a_cool_node() -> None:
     assert none_cool.evictions == [] and none_cool.idle == "no cool node to move pods to"
     acted = run(nodes, pods)
     assert [(c.pod.name, c.target) for c in acted.evictions] == [("a", "cool")]
-    assert acted.evictions[0].message == "cpu_usage_avg_5m 0.95 > high 0.80 for 3 cycles; fits on cool"
+    assert acted.evictions[0].message == (
+        "cpu_usage_avg_5m 0.95 > high 0.80 for 3 cycles; usage estimated (cpu 1700m, memory 179Mi); fits on cool"
+    )
 
 
 def test_victims_until_the_projection_is_below_high() -> None:

@@ -115,7 +115,10 @@ def test_evictions_go_through_the_eviction_api_with_the_uid_and_leave_events() -
     assert body["deleteOptions"]["preconditions"]["uid"].startswith("uid-p")
     (event, _) = kube.events()
     assert event["reason"] == "Rebalanced" and event["involvedObject"]["kind"] == "Pod"
-    assert event["message"] == "evicted: cpu_usage_avg_5m 0.99 > high 0.80 for 1 cycles; fits on cool"
+    assert event["message"] == (
+        "evicted: cpu_usage_avg_5m 0.99 > high 0.80 for 1 cycles; usage estimated (cpu 425m, memory 179Mi); "
+        "fits on cool"
+    )
     assert count(metrics, "evicted") == 2 and count(metrics, "limited") == 1
 
 
@@ -234,7 +237,7 @@ def test_run_mode_watches_reloads_and_reports(fake_kube: FakeKube, kubeconfig: P
         wait_for(lambda: len(fake_kube.list("events")) == 2, 20, "two dry-run events")
         lists = len(fake_kube.find_requests("GET", "/api/v1/pods", watch=False))
         view = json.loads(get(f"{base}/rebalance")[1])
-        assert view["leader"] is True and view["watched"] == {"nodes": 2, "pods": 2}
+        assert view["leader"] is True and view["watched"] == {"nodes": 2, "pods": 2, "nodeLoads": 0}
         time.sleep(0.6)
         assert len(fake_kube.find_requests("GET", "/api/v1/pods", watch=False)) == lists == 1
         # a bad reload is refused with the field path; the last good policy keeps running

@@ -42,7 +42,8 @@ def test_nothing_moves_before_the_count_nor_without_a_cool_node() -> None:
     acted = run(nodes, pods)
     assert [(c.pod.name, c.target) for c in acted.evictions] == [("a", "cool")]
     assert acted.evictions[0].message == (
-        "cpu_usage_avg_5m 0.95 > high 0.80 for 3 cycles; usage estimated (cpu 1700m, memory 179Mi); fits on cool"
+        "cpu_usage_avg_5m 0.95 > high 0.80 for 3 cycles; usage estimated (cpu 1700m, memory 179Mi); "
+        "fits on cool"
     )
 
 
@@ -107,7 +108,7 @@ def test_order_priority_then_qos_then_match_then_youngest() -> None:
         )
         == "be"
     )
-    # excess 0.19 of 8 CPUs = 1.52 CPU: a 2-CPU pod (estimate 1.7) matches better than a 0.5-CPU one
+    # excess 0.19 of 8 CPUs = 1.52 CPU: a 2-CPU pod (estimate 1.7) is enough alone, a 0.5-CPU one is not
     assert (
         first(pod("small", "hot", cpu="500m", owner_name="a"), pod("match", "hot", cpu="2", owner_name="b"))
         == "match"

@@ -47,6 +47,9 @@ class KubeletSettings:
     """``reservedSystemCPUs`` when set (non-empty), else ``None``."""
     kube_reserved: Mapping[str, Quantity] = field(default_factory=dict)
     system_reserved: Mapping[str, Quantity] = field(default_factory=dict)
+    cgroup_driver: str = "cgroupfs"
+    """``cgroupDriver``: where the kubelet puts pod cgroups (``agent.cgroup_paths``); the load reader
+    follows it."""
 
     @property
     def cpu_manager_is_static(self) -> bool:
@@ -95,7 +98,14 @@ def parse_kubelet_config(data: Any, source: str = "kubelet configuration") -> Ku
         except CPUSetParseError as e:
             raise KubeletConfigError(f"{source}: reservedSystemCPUs: {e}") from None
 
+    driver = data.get("cgroupDriver")
+    if driver in (None, ""):
+        driver = "cgroupfs"
+    if driver not in ("cgroupfs", "systemd"):
+        raise KubeletConfigError(f"{source}: cgroupDriver must be 'cgroupfs' or 'systemd', got {driver!r}")
+
     return KubeletSettings(
+        cgroup_driver=driver,
         cpu_manager_policy=policy,
         reserved_system_cpus=reserved_cpus,
         kube_reserved=_resource_list(data.get("kubeReserved"), "kubeReserved", source),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from agent.cgroup_paths import pod_cgroup_parts
 from agent.cpuset import CPUSet, CPUSetParseError
 from common.podspec import QOSClass
 
@@ -178,7 +179,6 @@ def _cri_reason(e: object) -> str:
 
 # --- cgroupfs -----------------------------------------------------------------------------------------
 
-_QOS_DIR = {QOSClass.GUARANTEED: "", QOSClass.BURSTABLE: "burstable", QOSClass.BEST_EFFORT: "besteffort"}
 # Container directory under the pod cgroup, by runtime (status prefix) and driver.
 _LEAF_CGROUPFS = {"containerd": "{id}", "cri-o": "crio-{id}", "docker": "{id}"}
 _LEAF_SYSTEMD = {
@@ -234,15 +234,7 @@ class CgroupfsRuntime(ContainerRuntime):
 
     def pod_dir(self, pod_uid: str, qos: QOSClass) -> Path:
         """The pod cgroup directory (under the cpuset hierarchy on v1)."""
-        qos_dir = _QOS_DIR[qos]
-        if self.driver == "cgroupfs":
-            parts = [self.kubepods, *([qos_dir] if qos_dir else []), f"pod{pod_uid}"]
-            return self._base.joinpath(*parts)
-        # systemd: each component has '-' replaced by '_', then the prefixes nest as slices.
-        components = [self.kubepods, *([qos_dir] if qos_dir else []), f"pod{pod_uid}"]
-        escaped = [c.replace("-", "_") for c in components]
-        slices = ["-".join(escaped[: i + 1]) + ".slice" for i in range(len(escaped))]
-        return self._base.joinpath(*slices)
+        return self._base.joinpath(*pod_cgroup_parts(pod_uid, qos, self.driver, self.kubepods))
 
     def container_dir(self, ref: ContainerRef, qos: QOSClass | None = None) -> Path:
         runtime = ref.runtime if ref.runtime in _LEAF_CGROUPFS else self.default_runtime

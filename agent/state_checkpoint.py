@@ -39,6 +39,8 @@ __all__ = [
     "checkpoint_checksum",
     "decode_checkpoint",
     "encode_checkpoint",
+    "set_aside",
+    "write_atomically",
 ]
 
 log = logging.getLogger("ballast.agent.state")
@@ -196,6 +198,42 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     _fsync_dir(directory)
 
 
+def prune_set_aside(path: Path, keep: int = KEEP_SET_ASIDE) -> None:
+    """Keep the newest ``keep`` rejected copies of ``path``: one per restart piled up otherwise (6 after
+    6 restarts with a corrupt file), and the newest say what went wrong."""
+    prefix = f"{path.name}.corrupt-"
+    try:
+        aside = [p for p in path.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return
+    aside.sort(key=lambda p: (_mtime(p), p.name), reverse=True)
+    for old in aside[keep:]:
+        try:
+            old.unlink()
+        except OSError as e:
+            log.warning("cannot remove the old rejected checkpoint %s: %s", old, e)
+
+
+def set_aside(path: Path, now: float) -> Path | None:
+    """Move a rejected checkpoint to ``<name>.corrupt-<UTC timestamp>`` (never deleted: it says what went
+    wrong), prune the older copies; the new place, or ``None`` when it could not be moved."""
+    stamp = datetime.fromtimestamp(now, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while target.exists():
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    moved: Path | None = target
+    try:
+        os.replace(path, target)
+        _fsync_dir(path.parent)
+    except OSError as e:
+        log.error("cannot move the rejected checkpoint %s aside: %s", path, e)
+        moved = None
+    prune_set_aside(path)
+    return moved
+
+
 class CheckpointState(MemoryState):
     """``MemoryState`` saved to a kubelet-format checkpoint after every write (or every ``batch``).
 
@@ -261,37 +299,9 @@ class CheckpointState(MemoryState):
             default or "(empty)",
         )
 
-    def _prune_set_aside(self) -> None:
-        """Keep the newest ``KEEP_SET_ASIDE`` rejected checkpoints: one per restart piled up otherwise
-        (6 after 6 restarts with a corrupt file), and the newest say what went wrong."""
-        prefix = f"{self.path.name}.corrupt-"
-        try:
-            aside = [p for p in self.path.parent.iterdir() if p.name.startswith(prefix)]
-        except OSError:
-            return
-        aside.sort(key=lambda p: (_mtime(p), p.name), reverse=True)
-        for old in aside[KEEP_SET_ASIDE:]:
-            try:
-                old.unlink()
-            except OSError as e:
-                log.warning("cannot remove the old rejected checkpoint %s: %s", old, e)
-
     def _set_aside(self, kind: str, reason: str) -> None:
-        stamp = datetime.fromtimestamp(self._clock(), tz=UTC).strftime("%Y%m%dT%H%M%SZ")
-        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        n = 1
-        while target.exists():
-            target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
-            n += 1
-        moved: Path | None = target
-        try:
-            os.replace(self.path, target)
-            _fsync_dir(self.path.parent)
-        except OSError as e:
-            log.error("cannot move the rejected checkpoint %s aside: %s", self.path, e)
-            moved = None
+        moved = set_aside(self.path, self._clock())
         self.recovery = Recovery(kind, reason, moved)
-        self._prune_set_aside()
         log.error(
             "CPU state checkpoint %s rejected (%s); kept as %s, rebuilding from the running pods",
             self.path,

@@ -1,0 +1,229 @@
+"""Per-minute means and crane's windows over them: pure, no I/O.
+
+crane's recording rules are ``*_avg_5m = avg_over_time(active[5m])`` and ``*_max_avg_1h`` /
+``*_max_avg_1d = max_over_time(*_avg_5m[1h | 1d])``. The agent keeps what they need and no more: one mean
+per minute, in a ring of ``size`` minutes (1440 for a day). Samples of the current minute accumulate as a
+sum and a count; a minute without samples (the agent was down) holds nothing.
+
+- ``avg(now, 5)`` is the mean of the minute means of the last five minutes that have any;
+- ``max_avg(now, 60, 5)`` evaluates that 5-minute mean at every minute of the last hour (as the rule
+  records it every minute) and takes the largest.
+
+A window with less history than its length gives the mean (or maximum) of what there is, as Prometheus's
+``avg_over_time`` / ``max_over_time`` do, so a new node has values within its first report.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+__all__ = ["MINUTES_PER_DAY", "MinuteSeries", "minute_of"]
+
+MINUTES_PER_DAY = 1440
+
+
+def minute_of(when: float) -> int:
+    return int(when // 60)
+
+
+class MinuteSeries:
+    """The last ``size`` minutes of one metric, a mean per minute."""
+
+    __slots__ = ("_counts", "_last", "_sums", "size")
+
+    def __init__(self, size: int = MINUTES_PER_DAY) -> None:
+        if size <= 0:
+            raise ValueError("size must be positive")
+        self.size = size
+        self._sums = [0.0] * size
+        self._counts = [0] * size
+        self._last: int | None = None
+        """The newest minute written; slots older than ``size`` minutes before it are empty."""
+
+    def _advance(self, minute: int) -> None:
+        last = self._last
+        if last is not None and minute <= last:
+            return
+        if last is None or minute - last >= self.size:
+            self._sums = [0.0] * self.size
+            self._counts = [0] * self.size
+        else:
+            for m in range(last + 1, minute + 1):
+                i = m % self.size
+                self._sums[i] = 0.0
+                self._counts[i] = 0
+        self._last = minute
+
+    def add(self, when: float, value: float) -> None:
+        """One sample taken at ``when`` (Unix seconds). A sample older than the ring, or not finite, is
+        dropped; one for a past minute still in the ring joins that minute."""
+        if not math.isfinite(value):
+            return
+        minute = minute_of(when)
+        self._advance(minute)
+        assert self._last is not None
+        if minute <= self._last - self.size:
+            return
+        i = minute % self.size
+        self._sums[i] += value
+        self._counts[i] += 1
+
+    def mean_at(self, minute: int) -> float | None:
+        """The mean of ``minute``, or ``None`` when it has no samples (or left the ring)."""
+        last = self._last
+        if last is None or minute > last or minute <= last - self.size:
+            return None
+        i = minute % self.size
+        count = self._counts[i]
+        return self._sums[i] / count if count else None
+
+    def means(self, now: float, minutes: int) -> list[float | None]:
+        """The minute means of the ``minutes`` minutes ending with ``now``'s, oldest first."""
+        end = minute_of(now)
+        return [self.mean_at(m) for m in range(end - minutes + 1, end + 1)]
+
+    def avg(self, now: float, minutes: int = 5) -> float | None:
+        """Mean of the minutes with data among the last ``minutes`` (``None`` when none has any)."""
+        return _mean(v for v in self.means(now, minutes) if v is not None)
+
+    def max_avg(self, now: float, window_minutes: int, avg_minutes: int = 5) -> float | None:
+        """The largest ``avg_minutes``-minute mean evaluated at each minute of the last
+        ``window_minutes`` (``None`` when no minute of it had data within ``avg_minutes``)."""
+        values = self.means(now, window_minutes + avg_minutes - 1)
+        best: float | None = None
+        # A sliding sum over the minutes with data: O(window) rather than O(window x avg).
+        total, count = 0.0, 0
+        for i, v in enumerate(values):
+            if v is not None:
+                total += v
+                count += 1
+            if i >= avg_minutes:
+                old = values[i - avg_minutes]
+                if old is not None:
+                    total -= old
+                    count -= 1
+            if i >= avg_minutes - 1 and count:
+                mean = total / count
+                if best is None or mean > best:
+                    best = mean
+        return best
+
+    # --- checkpoint form ----------------------------------------------------------------------------
+
+    def to_minutes(self) -> tuple[int | None, list[float | None]]:
+        """``(newest minute, the means of the ring's minutes oldest first)``: what a checkpoint keeps."""
+        if self._last is None:
+            return None, []
+        return self._last, [self.mean_at(m) for m in range(self._last - self.size + 1, self._last + 1)]
+
+    @classmethod
+    def from_minutes(cls, size: int, last: int | None, means: Iterable[float | None]) -> MinuteSeries:
+        """Rebuild from ``to_minutes``: each restored minute counts as one sample of its mean."""
+        series = cls(size)
+        if last is None:
+            return series
+        values = list(means)[-size:]
+        series._last = last
+        for offset, v in enumerate(values):
+            if v is None or not math.isfinite(v):
+                continue
+            minute = last - len(values) + 1 + offset
+            i = minute % size
+            series._sums[i] = float(v)
+            series._counts[i] = 1
+        return series
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    total, count = 0.0, 0
+    for v in values:
+        total += v
+        count += 1
+    return total / count if count else None
+
+
+# --- the node's and its pods' history -----------------------------------------------------------------
+
+WINDOW_MINUTES = 5
+"""The NodeLoad's window and crane's ``*_avg_5m``."""
+
+CRANE_METRICS: dict[str, tuple[str, int]] = {
+    "cpu_usage_avg_5m": ("cpu", 0),
+    "cpu_usage_max_avg_1h": ("cpu", 60),
+    "cpu_usage_max_avg_1d": ("cpu", MINUTES_PER_DAY),
+    "mem_usage_avg_5m": ("mem", 0),
+    "mem_usage_max_avg_1h": ("mem", 60),
+    "mem_usage_max_avg_1d": ("mem", MINUTES_PER_DAY),
+}
+"""crane's metric names -> (the ratio series, 0 for the 5-minute mean or the max-of-5m-means window in
+minutes). A syncPolicy name not here is not the agent's to write."""
+
+
+class LoadHistory:
+    """What the agent remembers: the node's CPU and memory ratios for a day (crane's windows), its usage
+    and each pod's for the NodeLoad window. Pods not sampled for a whole window are forgotten."""
+
+    def __init__(self, ratios: dict[str, MinuteSeries] | None = None) -> None:
+        self.ratios = ratios or {"cpu": MinuteSeries(), "mem": MinuteSeries()}
+        self.node_cpu = MinuteSeries(WINDOW_MINUTES)
+        self.node_memory = MinuteSeries(WINDOW_MINUTES)
+        self.pods: dict[str, tuple[MinuteSeries, MinuteSeries]] = {}
+        self._pod_seen: dict[str, int] = {}
+
+    def add_node(
+        self, when: float, cpu_ratio: float | None, cpu_cores: float | None, mem_ratio: float, mem_bytes: int
+    ) -> None:
+        if cpu_ratio is not None:
+            self.ratios["cpu"].add(when, cpu_ratio)
+        if cpu_cores is not None:
+            self.node_cpu.add(when, cpu_cores)
+        self.ratios["mem"].add(when, mem_ratio)
+        self.node_memory.add(when, float(mem_bytes))
+
+    def add_pod(self, when: float, uid: str, cores: float | None, working_set: int | None) -> None:
+        series = self.pods.get(uid)
+        if series is None:
+            series = self.pods[uid] = (MinuteSeries(WINDOW_MINUTES), MinuteSeries(WINDOW_MINUTES))
+        if cores is not None:
+            series[0].add(when, cores)
+        if working_set is not None:
+            series[1].add(when, float(working_set))
+        self._pod_seen[uid] = minute_of(when)
+
+    def expire(self, now: float) -> None:
+        oldest = minute_of(now) - WINDOW_MINUTES
+        for uid in [u for u, m in self._pod_seen.items() if m <= oldest]:
+            del self._pod_seen[uid]
+            self.pods.pop(uid, None)
+
+    def crane_values(self, now: float, names: Iterable[str]) -> dict[str, float]:
+        """The named crane metrics that have data (ratios in [0, 1])."""
+        out: dict[str, float] = {}
+        for name in names:
+            known = CRANE_METRICS.get(name)
+            if known is None:
+                continue
+            series, window = self.ratios[known[0]], known[1]
+            value = series.avg(now, WINDOW_MINUTES) if window == 0 else series.max_avg(now, window)
+            if value is not None:
+                out[name] = min(1.0, max(0.0, value))
+        return out
+
+    def node_means(self, now: float) -> tuple[float, int] | None:
+        """The node's mean CPU (cores) and memory (bytes) over the window, ``None`` before any sample."""
+        cpu = self.node_cpu.avg(now, WINDOW_MINUTES)
+        memory = self.node_memory.avg(now, WINDOW_MINUTES)
+        if cpu is None or memory is None:
+            return None
+        return cpu, round(memory)
+
+    def pod_means(self, now: float) -> dict[str, tuple[float, int]]:
+        """Pod uid -> mean cores and working-set bytes over the window, for pods with both."""
+        out: dict[str, tuple[float, int]] = {}
+        for uid, (cpu, memory) in self.pods.items():
+            c = cpu.avg(now, WINDOW_MINUTES)
+            m = memory.avg(now, WINDOW_MINUTES)
+            if c is not None and m is not None:
+                out[uid] = (c, round(m))
+        return out

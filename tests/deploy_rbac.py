@@ -35,6 +35,8 @@ from common.durations import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "scheduler_config" / "deploy"
+PROMETHEUS = DEPLOY / "prometheus"
+"""The optional kustomize Component with the annotator (clusters whose node load comes from Prometheus)."""
 
 # --------------------------------------------------------------------------------------------- manifests
 

@@ -33,6 +33,7 @@ from tests.conftest import missing_part, under_ci
 from tests.deploy_rbac import (
     BUILD_TOOLS,
     DEPLOY,
+    PROMETHEUS,
     ROOT,
     DockerIgnore,
     canonical,
@@ -51,7 +52,10 @@ from tests.deploy_rbac import (
 
 FILES = manifests(DEPLOY)
 TOP_LEVEL = manifests(DEPLOY, recursive=False)
-DOCS = objects(TOP_LEVEL)
+COMPONENT = manifests(PROMETHEUS)
+DEFAULT_DOCS = objects(TOP_LEVEL)
+DOCS = objects({**TOP_LEVEL, **COMPONENT})
+"""Everything an install may run: the default one and the Prometheus component."""
 ALL_DOCS = objects(FILES)
 SCHEDULER_CONFIG = ROOT / "scheduler_config"
 IMAGE = f"ballast:{__version__}"
@@ -402,6 +406,37 @@ def test_the_kustomization_lists_every_file_and_stays_inside_its_root() -> None:
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     }
+    assert set(FILES) == set(TOP_LEVEL) | set(COMPONENT) | {p for p in FILES if p.parent.name == "optional"}
+
+
+def test_the_prometheus_component_lists_every_file_and_is_off_by_default() -> None:
+    """prometheus/ is a kustomize Component holding the annotator; the default install lists it only in a
+    comment, which the guide says to uncomment."""
+    component = yaml.safe_load((PROMETHEUS / "kustomization.yaml").read_text())
+    assert component["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
+    assert component["kind"] == "Component"
+    assert {PROMETHEUS / r for r in component["resources"]} == set(COMPONENT)
+    assert {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in objects(COMPONENT)} == {
+        "annotator"
+    }
+    assert not [d for d in DEFAULT_DOCS if d["metadata"]["name"].startswith("ballast-annotator")]
+    kustomization = (DEPLOY / "kustomization.yaml").read_text()
+    assert "components" not in yaml.safe_load(kustomization)
+    assert COMPONENTS_COMMENTED in kustomization
+    assert COMPONENTS_COMMENTED in OPERATORS.read_text() or COMPONENTS_ON in OPERATORS.read_text()
+
+
+COMPONENTS_COMMENTED = "# components:\n#   - prometheus\n"
+COMPONENTS_ON = "components:\n  - prometheus\n"
+
+
+def with_prometheus(tmp_path: Path) -> Path:
+    """A copy of the deploy directory with the Prometheus component switched on, as the guide says."""
+    copy_dir = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, copy_dir)
+    kustomization = copy_dir / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text().replace(COMPONENTS_COMMENTED, COMPONENTS_ON))
+    return copy_dir
 
 
 def kubectl() -> str:
@@ -415,16 +450,17 @@ def kubectl() -> str:
         missing_part(f"kubectl {KUBE_VERSION} (with its built-in kustomize) is not available: {exc}")
 
 
-def test_kubectl_kustomize_renders_exactly_the_manifests() -> None:
-    """The real kustomize (load restrictor, images transformer): the same objects, the image set."""
-    done = subprocess.run(
-        [kubectl(), "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    rendered = [d for d in yaml.safe_load_all(done.stdout) if d]
-    assert sorted(map(ident, rendered)) == sorted(map(ident, DOCS))
+def test_kubectl_kustomize_renders_exactly_the_manifests(tmp_path: Path) -> None:
+    """The real kustomize (load restrictor, images transformer, the component): the same objects, the
+    image set; by default no annotator, with the component the annotator too."""
+    rendered = render()
+    assert sorted(map(ident, rendered)) == sorted(map(ident, DEFAULT_DOCS))
     images = {c["image"] for w in workloads(rendered) for c in all_containers(w["spec"]["template"]["spec"])}
     assert images == {IMAGE, KUBE_SCHEDULER_IMAGE}
+    with_annotator = render(with_prometheus(tmp_path))
+    assert sorted(map(ident, with_annotator)) == sorted(map(ident, DOCS))
+    assert {c["image"] for c in all_containers(get(with_annotator, "Deployment", "ballast-annotator")["spec"][
+        "template"]["spec"])} == {IMAGE}  # fmt: skip
 
 
 RESULT_KEY_SECRET = "ballast-result-key"
@@ -485,15 +521,11 @@ def _scrapers(rendered: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
 
 
 def test_the_scrapers_namespace_is_one_install_choice(tmp_path: Path) -> None:
-    """kustomization.yaml's patch sets the namespace every NetworkPolicy admits, as the guide says."""
+    """kustomization.yaml's patch sets the namespace every NetworkPolicy admits, as the guide says, the
+    Prometheus component's too."""
     only = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
-    assert _scrapers(render()) == {
-        "ballast-annotator-metrics": [only],
-        "ballast-agent-metrics": [only],
-        "ballast-rebalancer-metrics": [only],
-    }
-    copy_dir = tmp_path / "deploy"
-    shutil.copytree(DEPLOY, copy_dir)
+    assert _scrapers(render()) == {"ballast-agent-metrics": [only], "ballast-rebalancer-metrics": [only]}
+    copy_dir = with_prometheus(tmp_path)
     kustomization = copy_dir / "kustomization.yaml"
     text = kustomization.read_text()
     assert text.count("value: monitoring") == 1
@@ -1057,10 +1089,15 @@ def test_the_operator_guide_has_no_local_paths() -> None:
 
 
 def test_network_policies_admit_only_the_metrics_ports_of_the_annotator_agent_and_rebalancer() -> None:
-    docs = [d for d in yaml.safe_load_all((DEPLOY / "network-policy.yaml").read_text()) if d]
+    docs = [
+        d
+        for p in (DEPLOY / "network-policy.yaml", PROMETHEUS / "network-policy.yaml")
+        for d in yaml.safe_load_all(p.read_text())
+        if d
+    ]
     workloads = {
         d["metadata"]["name"]: d
-        for p in (DEPLOY / "annotator.yaml", DEPLOY / "agent.yaml", DEPLOY / "rebalancer.yaml")
+        for p in (PROMETHEUS / "annotator.yaml", DEPLOY / "agent.yaml", DEPLOY / "rebalancer.yaml")
         for d in yaml.safe_load_all(p.read_text())
         if d and d["kind"] in ("Deployment", "DaemonSet")
     }

@@ -30,6 +30,7 @@ from tests.annotator.helpers import StubPrometheus, bind_pod, constant_prometheu
 from tests.conftest import wait_for
 from tests.deploy_rbac import (
     DEPLOY,
+    PROMETHEUS,
     ApiCall,
     Audit,
     Grant,
@@ -45,7 +46,8 @@ from tests.deploy_rbac import (
 )
 from tests.fakekube import FakeKube, make_node, make_nrt, make_pod
 
-DOCS = objects(manifests(DEPLOY, recursive=False))
+DOCS = objects({**manifests(DEPLOY, recursive=False), **manifests(PROMETHEUS)})
+"""The default install and the Prometheus component (the annotator)."""
 OPTIONAL = DEPLOY / "optional"
 NAMESPACE = "ballast-system"
 

@@ -48,7 +48,7 @@ def _patch(cp: ControlPlane, patch: dict, as_user: str | None = None) -> tuple[b
 
 def test_the_annotator_may_write_only_its_annotations(cluster: ControlPlane) -> None:
     cluster.kubectl("apply", "-f", str(DEPLOY / "namespace.yaml"))
-    cluster.kubectl("apply", "-f", str(DEPLOY / "annotator-rbac.yaml"))
+    cluster.kubectl("apply", "-f", str(DEPLOY / "prometheus" / "annotator-rbac.yaml"))
     cluster.kubectl("apply", "-f", str(VAP))
     try:
         create_nodes(cluster.core(), [node_body("guarded", annotations={"team": "a"})])

@@ -423,7 +423,9 @@ def test_the_prometheus_component_lists_every_file_and_is_off_by_default() -> No
     kustomization = (DEPLOY / "kustomization.yaml").read_text()
     assert "components" not in yaml.safe_load(kustomization)
     assert COMPONENTS_COMMENTED in kustomization
-    assert COMPONENTS_COMMENTED in OPERATORS.read_text() or COMPONENTS_ON in OPERATORS.read_text()
+    guide = OPERATORS.read_text()
+    section = guide[guide.index("## Using Prometheus instead") :]
+    assert "components:\n     - prometheus" in section and "scheduler_config/deploy/prometheus/" in section
 
 
 COMPONENTS_COMMENTED = "# components:\n#   - prometheus\n"

@@ -7,8 +7,10 @@ A cycle:
 2. series -> node by label (``matching``), percent -> ratio; nodes without a usable value keep their
    annotation as it is;
 3. hot value per node from the binding records (``bindings``);
-4. one merge patch per node that has news (``plan``), sent from a small thread pool, each one only while
-   this replica still leads.
+4. one merge patch per node that has news (``plan``), stamped ``ballast.io/load-source: annotator``, sent
+   from a small thread pool, each one only while this replica still leads. A node where another source
+   (the node's agent) has fresh values is left to it (``app.model.load_source``): logged once per node,
+   counted every cycle.
 
 A failed query skips only its metric (logged once per cycle with the query, counted) and is retried
 with backoff; nothing is ever written for it, so an outage never wipes or zeroes annotations.
@@ -34,6 +36,7 @@ from app.annotator.prometheus import Vector
 from app.annotator.schedule import Schedule
 from app.annotator.sources import NodeIndex
 from app.model.annotations import HOT_VALUE_KEY, MAX_LOAD_RATIO
+from app.model.load_source import ANNOTATOR_SOURCE, other_fresh_source
 from app.model.policy import Policy
 from common.kube import ApiError, Kube, path_for
 
@@ -102,6 +105,8 @@ class CycleReport:
     query_errors: dict[str, str] = field(default_factory=dict)
     without_data: dict[str, int] = field(default_factory=dict)
     conflicts: int = 0
+    other_source: int = 0
+    """Nodes left alone because another load source has fresh values there."""
     patches: int = 0
     patch_errors: int = 0
     not_leader: int = 0
@@ -156,7 +161,10 @@ class Annotator:
             dict(policy.sync_periods),
             hot_interval,
             legacy_zone=policy.legacy_zone,
+            source=ANNOTATOR_SOURCE,
         )
+        self._left_to: dict[str, str] = {}
+        """Nodes left to another load source, and which: each is logged when it starts and when it ends."""
         self._pool = ThreadPoolExecutor(max(1, patch_concurrency), thread_name_prefix="annotator-patch")
 
     def close(self) -> None:
@@ -269,7 +277,12 @@ class Annotator:
             hot = {n.name: hot_value(self.records, n.name, now, windows) for n in snapshot}
 
         patches: list[NodePatch] = []
+        left_to: dict[str, str] = {}
         for n in snapshot:
+            other = other_fresh_source(n.annotations, ANNOTATOR_SOURCE, self.policy, now)
+            if other is not None:
+                left_to[n.name] = other
+                continue
             p = self.planner.plan(
                 n.name, n.annotations, loads.get(n.name, {}), None if hot is None else hot[n.name], now
             )
@@ -277,9 +290,31 @@ class Annotator:
                 patches.append(p)
                 if p.changed:
                     report.changed_nodes += 1
+        self._note_other_sources(left_to, report)
         await self._send(patches, report)
         if hot is not None and not report.patch_errors and not report.not_leader:
             self.metrics.last_success.labels(HOT_VALUE_KEY).set(now)
+
+    def _note_other_sources(self, left_to: Mapping[str, str], report: CycleReport) -> None:
+        """Count the nodes left to another source this cycle; log each once when it starts, and when the
+        annotator writes it again."""
+        report.other_source = len(left_to)
+        if left_to:
+            self.metrics.load_source_conflicts.inc(len(left_to))
+        for node, other in sorted(left_to.items()):
+            if self._left_to.get(node) != other:
+                log.warning(
+                    "node %s: %s has fresh load values there (ballast.io/load-source); the annotator leaves "
+                    "them and writes nothing on this node while they stay fresh. Run one load source per "
+                    "node: the agent's --report-load or the annotator",
+                    node,
+                    other,
+                )
+        for node in sorted(self._left_to.keys() - left_to.keys()):
+            log.info(
+                "node %s: no fresh values of %s any more; the annotator writes it", node, self._left_to[node]
+            )
+        self._left_to = dict(left_to)
 
     def _account(self, metric: str, matched: MatchResult, nodes: int, report: CycleReport) -> None:
         without = nodes - len(matched.values)

@@ -91,6 +91,12 @@ class AnnotatorMetrics:
             ["metric"],
             registry=r,
         )
+        self.load_source_conflicts = Counter(
+            "ballast_annotator_load_source_conflicts",
+            "Nodes left alone in a cycle because another load source (ballast.io/load-source, e.g. the "
+            "node's agent) has fresh values there; above zero for long means two sources are on.",
+            registry=r,
+        )
         self.last_success = Gauge(
             "ballast_annotator_last_success_timestamp_seconds",
             "Unix time of the last successful sync, by metric (and node_hot_value).",

@@ -11,7 +11,9 @@ patch per node per cycle, and only when it carries news:
   or a non-zero one about to expire. A zero hot value never needs refreshing: expired reads as 0 too.
 
 When a node is patched anyway, every value synced this cycle rides along with a fresh timestamp (it
-costs no extra request and delays the next refresh).
+costs no extra request and delays the next refresh). Every patch carries the writer's stamp
+(``ballast.io/load-source``), and a node whose stamp names another writer is patched as soon as there is a
+value to write (the controller has already left alone the nodes where that writer's values are fresh).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from app.model.annotations import (
     format_load,
     parse_sample,
 )
+from app.model.load_source import LOAD_SOURCE_KEY
 
 __all__ = ["FUTURE_SKEW_SECONDS", "REFRESH_MARGIN_SECONDS", "NodePatch", "PatchPlanner", "ratio_text"]
 
@@ -68,12 +71,15 @@ class PatchPlanner:
         *,
         legacy_zone: tzinfo | None = None,
         margin: float = REFRESH_MARGIN_SECONDS,
+        source: str | None = None,
     ) -> None:
         self.valid_for = dict(valid_for)
         self.next_sync = dict(next_sync)
         self.hot_interval = hot_interval
         self.legacy_zone = legacy_zone
         self.margin = margin
+        self.source = source
+        """The writer's stamp for ``ballast.io/load-source`` (``None``: no stamp)."""
 
     def plan(
         self,
@@ -110,9 +116,18 @@ class PatchPlanner:
                 or old.timestamp + HOT_VALUE_VALID_SECONDS <= now + self.hot_interval + self.margin
             ):
                 hot_needed = True
-        if not needed and not hot_needed:
+        restamp = (
+            self.source is not None
+            and current.get(LOAD_SOURCE_KEY) != self.source
+            and bool(loads or (hot is not None and hot > 0))
+        )
+        if restamp:
+            changed.append(LOAD_SOURCE_KEY)
+        if not needed and not hot_needed and not restamp:
             return None
         annotations = {key: format_load(ratio, now) for key, ratio in loads.items()}
         if hot is not None and (hot_needed or hot > 0):
             annotations[HOT_VALUE_KEY] = format_hot_value(hot, now)
+        if self.source is not None:
+            annotations[LOAD_SOURCE_KEY] = self.source
         return NodePatch(node, annotations, tuple(changed))

@@ -23,6 +23,7 @@ from app.annotator.bindings import (
     pod_uid,
 )
 from app.annotator.matching import NodeAddresses
+from app.model.load_source import LOAD_SOURCE_KEY
 
 __all__ = ["EventBindings", "NodeIndex", "NodeInfo", "PodBindings", "node_info"]
 
@@ -55,7 +56,8 @@ class NodeIndex:
     """Nodes by name; fed by a node Reflector (or one list, for ``--once``) and by our own patch answers."""
 
     def __init__(self, keys: Iterable[str]) -> None:
-        self.keys = frozenset(keys)
+        # The writer's stamp is always kept: whose values these are decides whether to write at all.
+        self.keys = frozenset(keys) | {LOAD_SOURCE_KEY}
         self._lock = threading.Lock()
         self._nodes: dict[str, NodeInfo] = {}
 

@@ -18,6 +18,7 @@ from app.annotator.prometheus import PrometheusError, Vector
 from app.annotator.schedule import Schedule
 from app.annotator.sources import NodeIndex
 from app.model.annotations import HOT_VALUE_KEY, format_hot_value, format_load
+from app.model.load_source import ANNOTATOR_SOURCE, LOAD_SOURCE_KEY, agent_source
 from app.model.policy import load_policy
 from tests.conftest import POLICY_FILE
 
@@ -79,6 +80,7 @@ def build(
     records: BindingRecords | None = None,
     fail: set[str] | None = None,
     may_write=lambda: True,
+    clock=lambda: NOW,
 ):
     index = NodeIndex([*POLICY.metrics, HOT_VALUE_KEY])
     index.replace(nodes)
@@ -86,7 +88,7 @@ def build(
     source = Source(answers)
     metrics = AnnotatorMetrics()
     annotator = Annotator(
-        POLICY, source, index, writer, records, metrics=metrics, clock=lambda: NOW, may_write=may_write
+        POLICY, source, index, writer, records, metrics=metrics, clock=clock, may_write=may_write
     )
     return annotator, source, writer, metrics
 
@@ -107,7 +109,8 @@ def test_one_query_per_metric_and_one_patch_per_node() -> None:
     assert source.asked == list(POLICY.metrics)
     assert sorted(name for name, _ in writer.patches) == ["a", "b"]
     a = dict(writer.patches)["a"]["metadata"]["annotations"]
-    assert a == {m: format_load((10.0 + i) / 100, NOW) for i, m in enumerate(POLICY.metrics)}
+    loads = {m: format_load((10.0 + i) / 100, NOW) for i, m in enumerate(POLICY.metrics)}
+    assert a == {**loads, LOAD_SOURCE_KEY: ANNOTATOR_SOURCE}
     assert sample(metrics, "ballast_annotator_node_patches_total", result="ok") == 2
     assert (
         sample(metrics, "ballast_annotator_prometheus_queries_total", metric="cpu_usage_avg_5m", result="ok")
@@ -134,7 +137,10 @@ def test_a_failed_query_skips_only_its_metric(caplog: pytest.LogCaptureFixture) 
         report = asyncio.run(annotator.cycle(["cpu_usage_avg_5m", "mem_usage_avg_5m"]))
     assert report.result == "partial" and report.synced == ["mem_usage_avg_5m"]
     (patch,) = writer.patches
-    assert patch[1]["metadata"]["annotations"] == {"mem_usage_avg_5m": format_load(0.5, NOW)}
+    assert patch[1]["metadata"]["annotations"] == {
+        "mem_usage_avg_5m": format_load(0.5, NOW),
+        LOAD_SOURCE_KEY: ANNOTATOR_SOURCE,
+    }
     assert writer.nodes["a"]["metadata"]["annotations"]["cpu_usage_avg_5m"] == old
     assert sample(metrics, "ballast_annotator_failures_total", kind="prometheus") == 1
     assert caplog.text.count("query 'cpu_usage_avg_5m' for cpu_usage_avg_5m failed") == 1
@@ -211,9 +217,51 @@ def test_hot_value_only_cycle() -> None:
     written = {name: body["metadata"]["annotations"] for name, body in writer.patches}
     # a: floor(5/5) + floor(5/2) = 3 (crane's windows); b: bindings gone, its fresh 3 must become 0
     assert written == {
-        "a": {HOT_VALUE_KEY: format_hot_value(3, NOW)},
-        "b": {HOT_VALUE_KEY: format_hot_value(0, NOW)},
+        "a": {HOT_VALUE_KEY: format_hot_value(3, NOW), LOAD_SOURCE_KEY: ANNOTATOR_SOURCE},
+        "b": {HOT_VALUE_KEY: format_hot_value(0, NOW), LOAD_SOURCE_KEY: ANNOTATOR_SOURCE},
     }
+
+
+def test_another_sources_fresh_values_are_left_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """Two writers must not alternate: where the node's agent has fresh values (its stamp beside them),
+    the annotator writes nothing, logs it once per node and counts it every cycle; once the agent's values
+    go stale it takes the node over, stamped as its own, and says so."""
+    agents = {LOAD_SOURCE_KEY: agent_source("a"), "cpu_usage_avg_5m": format_load(0.2, NOW - 60)}
+    nodes = [node("a", "10.0.0.1", agents), node("b", "10.0.0.2")]
+    answers = {"cpu_usage_avg_5m": series("cpu_usage_avg_5m", **{"10.0.0.1": 70.0, "10.0.0.2": 30.0})}
+    clock = [NOW]
+    annotator, _, writer, metrics = build(nodes, answers, clock=lambda: clock[0])
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            report = asyncio.run(annotator.cycle(["cpu_usage_avg_5m"]))
+            assert report.other_source == 1
+    assert [name for name, _ in writer.patches] == ["b"]  # a never, b once (then nothing new)
+    assert writer.nodes["a"]["metadata"]["annotations"] == agents
+    assert sample(metrics, "ballast_annotator_load_source_conflicts_total") == 3
+    assert caplog.text.count("node a: agent/a has fresh load values there") == 1
+    # The agent stopped: its 5-minute mean expires (sync period 3m + 5m) and the annotator takes over.
+    clock[0] = NOW + 8 * 60
+    writer.patches.clear()
+    with caplog.at_level(logging.INFO):
+        report = asyncio.run(annotator.cycle(["cpu_usage_avg_5m"]))
+    assert report.other_source == 0
+    assert dict(writer.patches)["a"]["metadata"]["annotations"] == {
+        "cpu_usage_avg_5m": format_load(0.7, NOW + 8 * 60),
+        LOAD_SOURCE_KEY: ANNOTATOR_SOURCE,
+    }
+    assert "node a: no fresh values of agent/a any more; the annotator writes it" in caplog.text
+    assert sample(metrics, "ballast_annotator_load_source_conflicts_total") == 3
+
+
+def test_an_unstamped_node_is_stamped_once() -> None:
+    """Values without a stamp (crane's annotator, an older Ballast) are the annotator's to replace: the
+    first cycle stamps the node even when the values are the same, the next writes nothing."""
+    nodes = [node("a", "10.0.0.1", {"cpu_usage_avg_5m": format_load(0.3, NOW - 10)})]
+    answers = {"cpu_usage_avg_5m": series("cpu_usage_avg_5m", **{"10.0.0.1": 30.0})}
+    annotator, _, writer, _ = build(nodes, answers)
+    assert asyncio.run(annotator.cycle(["cpu_usage_avg_5m"])).patches == 1
+    assert writer.nodes["a"]["metadata"]["annotations"][LOAD_SOURCE_KEY] == ANNOTATOR_SOURCE
+    assert asyncio.run(annotator.cycle(["cpu_usage_avg_5m"])).patches == 0
 
 
 def test_run_loop_syncs_on_schedule_and_pauses_without_leadership() -> None:

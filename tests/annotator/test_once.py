@@ -15,6 +15,7 @@ import pytest
 
 from app.annotator.run import run
 from app.model.annotations import HOT_VALUE_KEY, format_load, parse_sample
+from app.model.load_source import LOAD_SOURCE_KEY
 from app.model.policy import load_policy
 from tests.annotator.helpers import (
     FailingPrometheus,
@@ -125,7 +126,7 @@ def test_once_writes_what_promql_returns(
     patched = sorted(r.path.rsplit("/", 1)[1] for r in patches)
     assert patched == sorted(EXPECTED_SELECTOR.keys() | {"node-hot"})  # one patch per node, no more
     assert {r.content_type for r in patches} == {"application/merge-patch+json"}
-    assert all(set(r.body["metadata"]["annotations"]) == set(METRICS) for r in patches)
+    assert all(set(r.body["metadata"]["annotations"]) == {*METRICS, LOAD_SOURCE_KEY} for r in patches)
 
     # A second run right away: same values, fresh stamps: no writes at all.
     fake_kube.clear_requests()

@@ -1,14 +1,23 @@
-"""What creating one Binding costs the caller: Ballast's API client against the echo floor's minimal one.
+"""What creating one Binding costs the caller: Ballast's API clients against the echo floor's minimal one.
 
 On the loopback control plane of ``tests/cluster`` (etcd + kube-apiserver, no scheduler), unbound pods are
-bound one at a time, rotating between ``common.kube.Kube.create`` (the client Ballast's bind verb uses)
-and ``bench.bind_client.BindClient`` (the standard library's ``http.client``, one keep-alive TLS
-connection). Per call: this thread's CPU time (the caller's share: request building, TLS, parsing) and the
-wall time, median (p10-p90), after a warm-up that opens the connections.
+bound one at a time, rotating between the clients, all in one run so they see the same machine:
 
-    python -m bench.bind_bench [--binds 300] [--profile]
+- ``official``: ``common.kube.Kube.create`` through the ``kubernetes`` client (serialisation layers,
+  urllib3's PoolManager);
+- ``lean``: ``common.kube.Kube.create`` with the bind verb's lean transport (``common.kube_lean``);
+- ``urllib3``: urllib3's ``HTTPSConnectionPool.urlopen`` taken from the official client's pool manager,
+  the body encoded by orjson, ``preload_content`` and no retries (what the lean transport is built on);
+- ``httpx``: one pooled keep-alive ``httpx.Client`` with the same TLS context, the body pre-encoded;
+- ``stdlib``: ``bench.bind_client.BindClient`` (the standard library's ``http.client``, one keep-alive TLS
+  connection), the echo floor's client.
 
-``--profile`` runs cProfile (on this thread's CPU time) over Ballast's client calls and prints where
+Per call: this thread's CPU time (the caller's share: request building, TLS, parsing) and the wall time,
+median (p10-p90), after a warm-up that opens the connections.
+
+    python -m bench.bind_bench [--binds 300] [--clients official,lean,urllib3,httpx,stdlib] [--profile NAME]
+
+``--profile NAME`` runs cProfile (on this thread's CPU time) over that client's calls and prints where
 their time goes.
 """
 
@@ -22,6 +31,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+import httpx
 import orjson
 
 from bench.bind_client import BindClient
@@ -44,30 +54,82 @@ def q(values: list[float]) -> str:
     return f"{statistics.median(values) * 1e6:.0f} ({qs[0] * 1e6:.0f}-{qs[-1] * 1e6:.0f})"
 
 
+def candidates(cp: ControlPlane) -> dict[str, Callable[[str, dict], object]]:
+    """Each client as ``create(path, body)``; every one encodes the body itself, inside the timed call."""
+    kube = Kube(load_api_client(str(cp.kubeconfig)))
+    cfg = kube.api_client.configuration
+    pool = load_api_client(str(cp.kubeconfig)).rest_client.pool_manager.connection_from_url(cfg.host)
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    minimal = BindClient.from_kubeconfig(str(cp.kubeconfig))
+    hx = httpx.Client(base_url=cfg.host, verify=minimal.context, timeout=10)
+
+    def with_urllib3(path: str, body: dict) -> bytes:
+        resp = pool.urlopen(
+            "POST", path, body=orjson.dumps(body), headers=headers, retries=False, redirect=False,
+            preload_content=True, timeout=10.0,
+        )  # fmt: skip
+        if resp.status >= 300:
+            raise RuntimeError(resp.status)
+        return resp.data
+
+    def with_httpx(path: str, body: dict) -> bytes:
+        resp = hx.post(path, content=orjson.dumps(body), headers=headers)
+        if resp.status_code >= 300:
+            raise RuntimeError(resp.status_code)
+        return resp.content
+
+    return {
+        "official": kube.create,
+        "lean": lambda path, body: lean_kube(cp).create(path, body),
+        "urllib3": with_urllib3,
+        "httpx": with_httpx,
+        "stdlib": lambda path, body: minimal.post(path, orjson.dumps(body)),
+    }
+
+
+_LEAN: list[Kube] = []
+
+
+def lean_kube(cp: ControlPlane) -> Kube:
+    if not _LEAN:
+        from common.kube_lean import LeanTransport
+
+        api_client = load_api_client(str(cp.kubeconfig))
+        _LEAN.append(Kube(api_client, transport=LeanTransport.from_api_client(api_client)))
+    return _LEAN[0]
+
+
+DESCRIBED = {
+    "official": "official (`Kube.create`, the `kubernetes` client over urllib3's PoolManager)",
+    "lean": "lean (`Kube.create` over `common.kube_lean`: an `http.client` keep-alive pool)",
+    "urllib3": "urllib3 `HTTPSConnectionPool.urlopen`, pre-encoded body, no retries",
+    "httpx": "httpx (one pooled keep-alive `httpx.Client`, pre-encoded body)",
+    "stdlib": "stdlib (`http.client`, keep-alive TLS; the echo floor's)",
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binds", type=int, default=300, help="bindings per client")
-    ap.add_argument("--profile", action="store_true", help="cProfile Ballast's client calls")
+    ap.add_argument("--clients", default=",".join(DESCRIBED), help="comma-separated subset of the clients")
+    ap.add_argument("--profile", metavar="NAME", help="cProfile this client's calls")
     args = ap.parse_args(argv)
     with ControlPlane() as cp:
         api = Api(cp)
         api.post("/api/v1/nodes", node_body("node-0", cpu="64", memory="256Gi"))
-        kube = Kube(load_api_client(str(cp.kubeconfig)))
-        minimal = BindClient.from_kubeconfig(str(cp.kubeconfig))
-        clients: dict[str, Callable[[str, dict], object]] = {
-            "ballast (common.kube.Kube.create)": kube.create,
-            "minimal (http.client, keep-alive)": lambda path, body: minimal.post(path, orjson.dumps(body)),
-        }
+        every = candidates(cp)
+        clients = {k: every[k] for k in args.clients.split(",") if k}
+        names = list(clients)
         cpu: dict[str, list[float]] = {k: [] for k in clients}
         wall: dict[str, list[float]] = {k: [] for k in clients}
         total = len(clients) * (args.binds + 5)
         profiler = cProfile.Profile(time.thread_time)
         pods = [api.post("/api/v1/namespaces/default/pods", pod_body(f"b-{i:05d}")) for i in range(total)]
         for i, pod in enumerate(pods):
-            who = list(clients)[i % len(clients)]
+            who = names[i % len(names)]
             meta = pod["metadata"]
             path = f"/api/v1/namespaces/default/pods/{meta['name']}/binding"
-            profiling = args.profile and i % len(clients) == 0 and i >= 10
+            profiling = who == args.profile and i >= 10
             if profiling:
                 profiler.enable()
             t, w = time.thread_time(), time.perf_counter()
@@ -85,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| client | CPU us per Binding (caller) | wall us per Binding |")
     print("|---|---:|---:|")
     for who in clients:
-        print(f"| {who} | {q(cpu[who])} | {q(wall[who])} |")
+        print(f"| {DESCRIBED[who]} | {q(cpu[who])} | {q(wall[who])} |")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         type=positive_seconds,
         default="4s",
         metavar="DURATION",
-        help="timeout of one API call (keep it under the scheduler's httpTimeout so bind errors reach it)",
+        help="timeout of one API call, and of all the calls of one bind together (keep it under the "
+        "scheduler's httpTimeout so bind errors reach it)",
     )
     p.add_argument(
         "--scheduler-name",

@@ -133,12 +133,14 @@ def create_app(
     result_key: bytes | None = None,
     access_log: bool = True,
     nrt_assume_ttl: float = 120.0,
+    lean_bind: bool = True,
 ) -> FastAPI:
     """Build the extender app.
 
     Without ``kube`` it serves whole-node requests and keeps tentative estimates (holds) of the pods it
     scores. With ``kube`` (cluster access) it also watches nodes and pods, serves names-only requests
     from that cache, and binds. ``access_log`` logs one INFO line per request (``ballast.access``).
+    ``lean_bind=False`` keeps the bind verb on the official client (the bench compares the two).
     """
     metrics = metrics or ExtenderMetrics()
     store = PolicyStore(policy, policy_path, metrics)
@@ -166,11 +168,13 @@ def create_app(
             store, cache.community, cache.topology, lambda count: extender._rejected("numa").inc(count), clock
         )
     if kube is not None:
-        # The bind verb's API calls share one deadline per verb (``Kube.deadline``), one attempt each (no
-        # urllib3 retries). A pooled httpx client for them cost more CPU per Binding than the official
-        # client (bench/bind_bench.py), so they use the official one like every other call.
+        # The bind verb's API calls (the pod read, the NUMA result patch, the Binding) go over the lean
+        # transport (``common.kube_lean``: about half the CPU of the official client per call), share one
+        # deadline per verb (``Kube.deadline``, with the official client's calls too) and make one attempt
+        # each. Everything else (watches, lists) keeps the official client.
+        bind_kube = kube.lean() if lean_bind else kube
         load_check = LoadPreBind(
-            kube,
+            bind_kube,
             ledger,
             store,
             cache.node,
@@ -178,13 +182,13 @@ def create_app(
             lambda metric: metrics.binds_refused.labels(metric).inc(),
             lambda metric: metrics.shadow_binds_would_refuse.labels(metric).inc(),
         )
-        numa = NumaPreBind(kube, cache, store, extender.numa.seen, result_key)
+        numa = NumaPreBind(bind_kube, cache, store, extender.numa.seen, result_key)
         assert community is not None
         binder = Binder(
-            kube,
+            bind_kube,
             ledger,
             clock,
-            pre_bind=[load_check, numa, CommunityPreBind(kube, community)],
+            pre_bind=[load_check, numa, CommunityPreBind(bind_kube, community)],
             bound_node=cache.bound_node,
         )
     svc = Services(

@@ -402,9 +402,9 @@ class ControlPlane:
         )  # fmt: skip
         wait_until(lambda: _http_ok(f"{self.etcd_url}/health"), self.etcd, "etcd /health")
 
-    def _start_apiserver(self) -> None:
+    def _start_apiserver(self, port: int | None = None) -> None:
         assert self.workdir
-        self.apiserver_port = free_port()
+        self.apiserver_port = port or free_port()
         pki = self.pki
         self.apiserver = spawn(
             "kube-apiserver",
@@ -428,6 +428,17 @@ class ControlPlane:
         wait_until(
             lambda: _http_ok(f"{self.server_url}/readyz", ctx), self.apiserver, "kube-apiserver /readyz"
         )
+
+    def restart_apiserver(self, kill: bool = True) -> None:
+        """Stop kube-apiserver (SIGKILL: every connection reset at once, as a crash does; else SIGTERM, its
+        graceful shutdown) and start it again on the same port with the same etcd, so clients that keep
+        their configuration reconnect to it; returns once it is ready again."""
+        assert self.apiserver
+        if kill:
+            self.apiserver.kill()
+        else:
+            self.apiserver.stop()
+        self._start_apiserver(self.apiserver_port)
 
     def ssl_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))

@@ -356,3 +356,36 @@ def test_the_examples_are_scheduled_as_their_readme_says(cluster: ControlPlane, 
         assert views["busy"]["filter"]["passes"] is False
         assert "above the limit" in views["busy"]["filter"]["reason"]
         assert views["numa"]["score"]["projectedLoad"] is not None
+
+
+def test_restarting_the_api_server_mid_drain_binds_every_pod_once(
+    cluster: ControlPlane, ballast: Extender
+) -> None:
+    """kube-apiserver killed mid-drain (every connection reset, Bindings in flight among them) and started
+    again on the same port: the extender's bind transport opens new connections, kube-scheduler retries
+    the binds that failed, and every pod ends bound once, counted once on its node by the extender."""
+    core = cluster.core()
+    create_nodes(core, [node_body(f"n{i}", annotations=load(0.10)) for i in range(4)])
+    names = [f"drain-{i:03d}" for i in range(120)]
+    cluster.stop_scheduler()  # a backlog, so the restart lands mid-drain
+    create_pods(core, names, requests={"cpu": "10m"})
+    cluster.start_scheduler(scheduler_config(ballast.url))
+    wait_until(lambda: len(bound_pods(core)) >= 5, None, "the drain under way")
+    before = len(bound_pods(core))
+    cluster.restart_apiserver(kill=True)
+    assert before < len(names), "the drain ended before the restart: nothing was tested"
+    core = cluster.core()
+    placed = wait_bound(core, names)
+    assert sorted(p.metadata.name for p in core.list_namespaced_pod("default").items) == sorted(names)
+
+    def counted() -> dict[str, str]:
+        seen: dict[str, str] = {}
+        for node in {f"n{i}" for i in range(4)}:
+            with urllib.request.urlopen(f"{ballast.url}/nodes/{node}", timeout=5) as resp:
+                for pod in json.load(resp)["estimation"]["pods"]:
+                    name = pod["pod"].removeprefix("default/")
+                    assert name not in seen, f"{name} counted on {seen[name]} and {node}"
+                    seen[name] = node
+        return seen
+
+    wait_until(lambda: counted() == placed, None, "the extender counting each pod once, where it is")

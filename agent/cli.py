@@ -91,6 +91,50 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     agent.add_argument(
         "--metrics-address", default="0.0.0.0", metavar="ADDR", help="address the endpoint listens on"
     )
+    load = agent.add_argument_group("load reporting (the built-in load source: --report-load)")
+    load.add_argument(
+        "--report-load",
+        action="store_true",
+        help="measure the node's and each pod's CPU and memory from /proc and the pod cgroups, and publish "
+        "them: crane's load annotations and node_hot_value on this Node, each pod's usage in its NodeLoad",
+    )
+    load.add_argument(
+        "--load-sample-interval",
+        type=duration,
+        default="10s",
+        metavar="DURATION",
+        help="how often /proc and the pod cgroups are read",
+    )
+    load.add_argument(
+        "--load-report-interval",
+        type=duration,
+        default="1m",
+        metavar="DURATION",
+        help="how often the NodeLoad's status is written (at most once per interval); the hot value's "
+        "period too",
+    )
+    load.add_argument(
+        "--proc-root",
+        type=Path,
+        default=Path("/proc"),
+        metavar="DIR",
+        help="the proc file system to read stat and meminfo from (the host's, even inside a container)",
+    )
+    load.add_argument(
+        "--cgroup-root",
+        type=Path,
+        default=Path("/sys/fs/cgroup"),
+        metavar="DIR",
+        help="the host's cgroup tree (v1 or v2, mounted read-only) the pod cgroups are read from",
+    )
+    load.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="the DynamicSchedulerPolicy (the shipped ConfigMap): syncPolicy says which load annotations to "
+        "write and how often, hotValue the binding windows; re-read when the file changes or on SIGHUP "
+        "(a file that does not load is refused and the running policy kept). Required with --report-load",
+    )
     cpu = agent.add_argument_group("CPU manager (runs while the published NRT says cpuManagerPolicy Static)")
     cpu.add_argument(
         "--cpu-manager",

@@ -40,7 +40,7 @@ from agent.cpuset import CPUSet
 from agent.metrics import CPUManagerMetrics
 from agent.policy import AllocationError, StaticPolicy
 from agent.runtime import ContainerRef, ContainerRuntime, RuntimeCallError
-from agent.state import StateReader
+from agent.state import HeldCPUs, StateReader
 from agent.state_checkpoint import DEFAULT_STATE_PATH, CheckpointState, StateWriteError
 from agent.topology import CPUTopology
 from common.exclusive import CPUPolicy, ExclusiveDecision
@@ -198,20 +198,16 @@ class CPUManager:
         """One pass (see the module docstring). Never raises for runtime or checkpoint failures.
         When the pods' pinned CPUs changed, ``on_assignments`` is told (the NRT publishes them)."""
         with self._reconcile_lock:
-            before = self.exclusive()
+            before = self.held()
             started = time.perf_counter()
             result = self._reconcile()
             result.duration = time.perf_counter() - started
             if not result.skipped:
                 self.metrics.reconcile_duration.observe(result.duration)
-            changed = self.exclusive() != before
+            changed = self.held() != before
         if changed and self.on_assignments is not None:
             self.on_assignments()
         return result
-
-    def exclusive(self) -> dict[str, CPUSet]:
-        """Pod UID -> every CPU pinned for it (what the NRT publishes per zone)."""
-        return {uid: self._state.pod_cpus(uid) for uid in self._state.get_assignments()}
 
     def _reconcile(self) -> ReconcileResult:
         result = ReconcileResult()
@@ -476,17 +472,21 @@ class CPUManager:
         """Container id -> cpuset last applied successfully."""
         return dict(self._applied)
 
-    def held(self) -> dict[str, tuple[str, str, CPUSet]]:
-        """Pod uid -> (namespace, name, the CPUs assigned to it exclusively): what the community NRT's
-        ``available`` subtracts (``agent.nrt_community``)."""
+    def held(self) -> dict[str, HeldCPUs]:
+        """Pod UID -> the CPUs the state assigns it, with its namespace and name: what both NRTs publish
+        (crane's per zone, the community's ``available`` and pods fingerprint).
+
+        One rule: a pod holds CPUs from their assignment until their release, whether or not the pod watch
+        has named it yet (after a restart the checkpoint comes before the first list); its namespace and
+        name are then ``""``."""
         with self._lock:
             pods = dict(self._pods)
         out = {}
         for uid in self._state.get_assignments():
             cpus = self._state.pod_cpus(uid)
-            info = pods.get(uid)
-            if cpus and info is not None:
-                out[uid] = (info.namespace, info.name, cpus)
+            if cpus:
+                info = pods.get(uid)
+                out[uid] = HeldCPUs(info.namespace if info else "", info.name if info else "", cpus)
         return out
 
     def decision(self, pod_uid: str) -> ExclusiveDecision | None:

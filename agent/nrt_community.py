@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.cpuset import CPUSet
+from agent.state import HeldCPUs
 from agent.topology import CPUTopology
 from common.nrt_api import COMMUNITY_API_VERSION, KIND
 from common.podfingerprint import ATTRIBUTE as FINGERPRINT_ATTRIBUTE
@@ -34,8 +35,8 @@ from common.quantity import QuantityError, parse_quantity
 
 __all__ = ["Held", "build_community_nrt", "community_merge_patch"]
 
-Held = Mapping[str, tuple[str, str, CPUSet]]
-"""Pod uid -> (namespace, name, the CPUs the CPU manager assigned it exclusively)."""
+Held = Mapping[str, HeldCPUs | tuple[str, str, CPUSet]]
+"""Pod UID -> (namespace, name, the CPUs the CPU manager assigned it exclusively): ``CPUManager.held``."""
 
 OWNED_FIELDS = ("topologyPolicies", "zones", "attributes")
 
@@ -92,7 +93,7 @@ def build_community_nrt(crane: Mapping[str, Any], topology: CPUTopology, held: H
         "attributes": [
             {"name": "topologyManagerPolicy", "value": "single-numa-node" if aligned else "none"},
             {"name": "topologyManagerScope", "value": "pod"},
-            {"name": FINGERPRINT_ATTRIBUTE, "value": fingerprint((ns, n) for ns, n, _ in held.values())},
+            {"name": FINGERPRINT_ATTRIBUTE, "value": fingerprint((ns, n) for ns, n, _ in held.values() if n)},
             {"name": FINGERPRINT_METHOD_ATTRIBUTE, "value": "with-exclusive-resources"},
         ],
     }

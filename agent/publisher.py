@@ -242,10 +242,11 @@ class Publisher:
         cpu_manager_enabled: bool = True,
         wall_clock: Callable[[], float] = time.time,
         publish: Collection[str] = ("crane",),
-        held: Callable[[], Held] | None = None,
+        held: Callable[[], Held | None] | None = None,
     ) -> None:
         """``publish``: which objects to write (``PUBLISHABLE``); ``held``: the CPUs the CPU manager has
-        handed out, per pod (``CPUManager.held``), which the community object's ``available`` subtracts."""
+        handed out, per pod (``CPUManager.held``; ``None`` while no manager runs), which crane's object
+        publishes per zone and the community object's ``available`` subtracts."""
         self.kube = kube
         self.node_name = node_name
         self.topology = topology
@@ -264,8 +265,6 @@ class Publisher:
         self.ready = threading.Event()
         """Set after the first publish that left the object up to date (``/readyz``)."""
         self.published: Published | None = None
-        self.exclusive: Callable[[], Mapping[str, CPUSet] | None] = lambda: None
-        """The CPU manager's pinned CPUs per pod UID (``None`` while it does not run), published per zone."""
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()
         self._node: Mapping[str, Any] | None = None
@@ -283,6 +282,11 @@ class Publisher:
         with self._lock:
             before, self._node = self._node, node
         return _node_key(before) != _node_key(node)
+
+    def node(self) -> Mapping[str, Any] | None:
+        """The Node as the watch last delivered it (``None`` before the first list, or once deleted)."""
+        with self._lock:
+            return self._node
 
     def _current_node(self) -> Mapping[str, Any]:
         with self._lock:
@@ -324,12 +328,20 @@ class Publisher:
             kubelet=settings,
             node_labels=meta.get("labels") or {},
             reserved=reserved,
-            exclusive=self.exclusive() if self.cpu_manager_enabled else None,
+            exclusive=self._exclusive(),
         )
         if not self.cpu_manager_enabled and nrt["craneManagerPolicy"]["cpuManagerPolicy"] != "None":
             nrt["craneManagerPolicy"]["cpuManagerPolicy"] = "None"
             nrt.setdefault("attributes", {})[CPU_MANAGER_DISABLED_ATTRIBUTE] = CPU_MANAGER_OFF_REASON
         return nrt, reserved
+
+    def _held(self) -> Held | None:
+        return self.held() if self.held is not None else None
+
+    def _exclusive(self) -> dict[str, CPUSet] | None:
+        """Pod UID -> pinned CPUs for crane's zones; ``None`` (nothing per pod) while no manager runs."""
+        held = self._held() if self.cpu_manager_enabled else None
+        return None if held is None else {uid: h[2] for uid, h in held.items()}
 
     def publish_once(self) -> Result:
         """Bring the stored NRT up to date; never raises for API, kubelet or config failures."""
@@ -415,7 +427,7 @@ class Publisher:
         """Bring ``topology.node.k8s.io/v1alpha2`` up to date; its failures are its own (counted, logged
         once per message) and never stop the crane object or the CPU manager."""
         try:
-            desired = build_community_nrt(crane, self.topology, self.held() if self.held else {})
+            desired = build_community_nrt(crane, self.topology, self._held() or {})
             result = self._sync_community(desired)
         except _Failed as e:
             self.metrics.community_publishes.labels(Result.ERROR.value).inc()

@@ -38,6 +38,7 @@ from agent.publisher import (
     Publisher,
     PublisherMetrics,
 )
+from agent.state import HeldCPUs
 from agent.topology import CPUTopology, TopologyError
 from agent.topology_sysfs import read_topology
 from common.exclusive import DEFAULT_SCHEDULERS
@@ -120,11 +121,6 @@ class CPUManagerSupervisor:
         """Told when the running manager's pinned CPUs change (the loop republishes the NRT)."""
         self._last_error: str | None = None
 
-    def exclusive(self) -> dict[str, CPUSet] | None:
-        """The running manager's pinned CPUs per pod UID; ``None`` while none runs."""
-        running = self.running
-        return running.manager.exclusive() if running is not None else None
-
     def update(self, published: Published | None) -> None:
         if self.factory is None or published is None:
             return
@@ -159,10 +155,11 @@ class CPUManagerSupervisor:
     def close(self) -> None:
         self._stop()
 
-    def held(self) -> dict[str, tuple[str, str, CPUSet]]:
-        """The running manager's exclusive assignments per pod (none while it is stopped)."""
+    def held(self) -> dict[str, HeldCPUs] | None:
+        """The running manager's pinned CPUs per pod UID (``CPUManager.held``); ``None`` while none runs,
+        which the crane NRT tells apart from "nothing pinned"."""
         running = self.running
-        return running.manager.held() if running is not None else {}
+        return running.manager.held() if running is not None else None
 
 
 def cpu_manager_factory(
@@ -221,10 +218,15 @@ class _Signals:
             signal.signal(signum, handler)
 
 
-def _install_signal_handlers(stop: threading.Event, wake: threading.Event) -> _Signals:
+def _install_signal_handlers(
+    stop: threading.Event, wake: threading.Event, hangup: threading.Event | None = None
+) -> _Signals:
+    """SIGTERM and SIGINT stop the agent; SIGHUP (with ``--report-load``) reloads the policy file."""
     previous: dict[int, Any] = {}
     if threading.current_thread() is not threading.main_thread():
         return _Signals(previous)  # embedded (tests): the caller stops us through ``stop``
+    if hangup is not None:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda _signum, _frame: hangup.set())
 
     def handle(signum: int, _frame: Any) -> None:
         log.info("%s received; shutting down", signal.Signals(signum).name)
@@ -246,6 +248,15 @@ def _wait(stop: threading.Event, wake: threading.Event, seconds: float) -> None:
     wake.clear()
 
 
+def _kubelet_driver(source: KubeletSource) -> str | None:
+    """The kubelet's ``cgroupDriver``, or ``None`` when its settings cannot be read now."""
+    try:
+        return source.settings().cgroup_driver
+    except Exception as e:
+        log.warning("kubelet settings unreadable (%s): the cgroup driver is guessed from the tree", e)
+        return None
+
+
 def describe_topology(topology: CPUTopology) -> str:
     numa = "; ".join(f"node{n}: CPUs {topology.cpus_in_numa(n)}" for n in topology.numa_ids)
     return (
@@ -262,8 +273,8 @@ def run(
 ) -> int:
     """Run the agent until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
 
-    2: no node name or no usable cluster configuration; 1: topology discovery failed or the metrics
-    port cannot be bound; 0: clean shutdown.
+    2: no node name, no usable cluster configuration, or ``--report-load`` flags that cannot work;
+    1: topology discovery failed or the metrics port cannot be bound; 0: clean shutdown.
     """
     node_name = args.node_name or os.environ.get("NODE_NAME", "")
     if not node_name:
@@ -320,7 +331,6 @@ def run(
         publish=args.publish,
         held=supervisor.held,
     )
-    publisher.exclusive = supervisor.exclusive
     log.info("publishing NodeResourceTopology: %s", ", ".join(sorted(args.publish)))
     server: HealthServer | None = None
     if args.metrics_port:
@@ -344,17 +354,32 @@ def run(
         resync_seconds=NODE_RELIST_SECONDS,
     )
     # ---- HOOK: the CPU manager follows the published cpuManagerPolicy (CPUManagerSupervisor) ----
-    signals = _install_signal_handlers(stop, wake)
+    load_loop: Any = None
+    hangup = threading.Event() if getattr(args, "report_load", False) else None
+    signals = _install_signal_handlers(stop, wake, hangup)
     try:
         node_watch.start()
         node_watch.wait_synced(min(INITIAL_NODE_WAIT_SECONDS, args.resync))
         wake.clear()  # the first list is "a change"; the publish below covers it
+        if hangup is not None:
+            from agent.load.loop import LoadSetupError, start_load_reporting
+
+            try:
+                load_loop = start_load_reporting(
+                    args, kube, node_name, registry, publisher.node, lambda: _kubelet_driver(source)
+                )
+            except LoadSetupError as e:
+                log.error("%s", e)
+                return 2
+            load_loop.hangup = hangup
         while not stop.is_set():
             publisher.publish_once()
             supervisor.update(publisher.published)
             _wait(stop, wake, args.resync)
     finally:
         signals.restore()
+        if load_loop is not None:
+            load_loop.stop()
         node_watch.stop()
         supervisor.close()
         if server is not None:

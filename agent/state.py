@@ -17,16 +17,26 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
+from typing import NamedTuple
 
 from agent.cpuset import CPUSet
 
-__all__ = ["POLICY_NAME", "Assignments", "MemoryState", "State", "StateReader"]
+__all__ = ["POLICY_NAME", "Assignments", "HeldCPUs", "MemoryState", "State", "StateReader"]
 
 POLICY_NAME = "static"
 """Written as ``policyName``: assignments follow the kubelet static policy's rules (as crane's do)."""
 
 Assignments = Mapping[str, Mapping[str, CPUSet]]
 """pod UID -> container name -> cpuset."""
+
+
+class HeldCPUs(NamedTuple):
+    """The CPUs one pod holds (``CPUManager.held``), with its namespace and name (``""`` until the pod
+    watch names it)."""
+
+    namespace: str
+    name: str
+    cpus: CPUSet
 
 
 # --- the interfaces -----------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ BENCHES = (
     Bench("rebalancer_bench"),
     Bench("cpu_assignment_bench"),
     Bench("reconcile_bench"),
+    Bench("agent_load_bench"),
     Bench("cluster_bench", (control_plane,)),
     Bench("burst_bench", (control_plane,)),
 )

@@ -1,5 +1,7 @@
 """The package layering: ``common`` is the shared kernel, ``app`` (extender, annotator) and ``agent`` (node
-agent) build on it and never on each other, and only the ``ballast`` command composes both.
+agent) build on it and never on each other, except that the agent reads the pure shared load model
+``app.model`` (the policy, the annotation format, the hot value, the load-source rule: it writes the same
+annotations as the annotator), never a program; only the ``ballast`` command composes both.
 
 Every module under those packages is parsed (``ast``, nothing imported), every import statement counted,
 the ones inside functions too, and resolved to the project module it loads (``from a import b`` loads
@@ -120,6 +122,8 @@ def layering_violations(graph: Mapping[str, Mapping[str, int]], root: Path = ROO
     for module, edges in sorted(graph.items()):
         top = module.partition(".")[0]
         for target, line in sorted(edges.items()):
+            if top == "agent" and (target == MODEL or target.startswith(MODEL + ".")):
+                continue  # the agent -> app.model edge, the one way into app
             if target.partition(".")[0] not in allowed[top]:
                 where = project_modules(root)[module].relative_to(root)
                 out.append(f"{where}:{line}: {module} imports {target}")
@@ -127,9 +131,15 @@ def layering_violations(graph: Mapping[str, Mapping[str, int]], root: Path = ROO
 
 
 def test_the_packages_import_only_downwards() -> None:
-    """common imports nothing from app or agent; app and agent never import each other."""
+    """common imports nothing from app or agent; app never imports agent; agent imports only app.model."""
     bad = layering_violations(import_graph())
     assert not bad, "imports across the layers:\n" + "\n".join(bad)
+
+
+def test_the_agent_may_read_the_model_and_nothing_else_of_app() -> None:
+    assert layering_violations({"agent.load.reporter": {"app.model.policy": 3, "app.model": 4}}) == []
+    (bad,) = layering_violations({"agent.run": {"app.rebalancer.cache": 1}})
+    assert bad.endswith("agent.run imports app.rebalancer.cache")
 
 
 PROGRAMS = ("app.extender", "app.annotator", "app.rebalancer")
@@ -278,6 +288,17 @@ def _write(root: Path, files: Mapping[str, str]) -> None:
             },
             "common.k imports app.kube",
             ["app.kube", "common.k", "app.kube"],
+        ),
+        (  # the agent may read the shared model, never a program
+            {
+                "app/model/__init__.py": "",
+                "app/model/policy.py": "import agent.z\n",
+                "app/extender/__init__.py": "",
+                "app/extender/cache.py": "",
+                "agent/z.py": "from app.model import policy\nfrom app.extender import cache\n",
+            },
+            "agent.z imports app.extender.cache",
+            ["agent.z", "app.model.policy", "agent.z"],
         ),
         (
             {"common/k.py": "import app.kube\n", "app/kube.py": "import common.k\n"},

@@ -7,6 +7,7 @@ import re
 
 from prometheus_client import CollectorRegistry
 
+from agent.load.metrics import LoadMetrics
 from agent.metrics import CPUManagerMetrics
 from agent.publisher import PublisherMetrics
 from app.annotator.metrics import AnnotatorMetrics
@@ -25,6 +26,7 @@ def test_every_exported_metric_is_documented_and_every_documented_one_exists() -
     agent = CollectorRegistry()
     CPUManagerMetrics(agent)
     PublisherMetrics(agent)
+    LoadMetrics(agent)
     registries = (
         ExtenderMetrics().registry,
         AnnotatorMetrics().registry,

@@ -10,10 +10,10 @@ that were already deleted. Here:
 - memory is bounded: entries older than the longest hot-value window are dropped (a heap of expiry times
   makes that O(expired log n)), and each node keeps at most ``max_per_node`` of its newest bindings.
 
-``binding_from_pod`` dates a binding by the pod's ``PodScheduled`` condition, which the API server sets
-when the pod is bound, so an annotator that starts (or runs ``--once``) after the bindings still sees
-them. ``binding_from_event`` reads crane's source, ``Scheduled`` events, for clusters where Ballast may
-not watch pods.
+``binding_from_pod`` (``app.model.hot_value``, the agent's too) dates a binding by the pod's
+``PodScheduled`` condition, which the API server sets when the pod is bound, so an annotator that starts
+(or runs ``--once``) after the bindings still sees them. ``binding_from_event`` reads crane's source,
+``Scheduled`` events, for clusters where Ballast may not watch pods.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import re
 import threading
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from app.model.annotations import parse_timestamp
+from app.model.hot_value import Binding, binding_from_pod, hot_value_of
 from app.model.policy import HotValueWindow
 
 __all__ = [
@@ -44,45 +44,9 @@ EVENTS = "events"
 _SCHEDULED = re.compile(r"^Successfully assigned (?P<pod>\S+) to (?P<node>\S+?)\.?\s*$")
 
 
-@dataclass(frozen=True, slots=True)
-class Binding:
-    uid: str
-    node: str
-    when: float
-    """Unix seconds when the pod was bound."""
-
-
 def pod_uid(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return str(meta.get("uid") or "")
-
-
-def binding_from_pod(pod: Mapping[str, Any]) -> Binding | None:
-    """The pod's binding, or ``None`` when it is unbound, going away or finished (it no longer counts).
-
-    The time is the ``PodScheduled=True`` condition's ``lastTransitionTime``; a pod created with
-    ``spec.nodeName`` already set (no scheduler involved) is dated by its ``creationTimestamp``.
-    """
-    meta = pod.get("metadata") or {}
-    uid = meta.get("uid")
-    node = (pod.get("spec") or {}).get("nodeName")
-    if not uid or not node or meta.get("deletionTimestamp"):
-        return None
-    status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
-        return None
-    stamp = None
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            stamp = cond.get("lastTransitionTime")
-            break
-    when = parse_timestamp(stamp) if isinstance(stamp, str) else None
-    if when is None:
-        created = meta.get("creationTimestamp")
-        when = parse_timestamp(created) if isinstance(created, str) else None
-    if when is None:
-        return None
-    return Binding(str(uid), str(node), when)
 
 
 def binding_from_event(event: Mapping[str, Any]) -> Binding | None:
@@ -253,5 +217,5 @@ class BindingRecords:
 
 
 def hot_value(records: BindingRecords, node: str, now: float, windows: Sequence[HotValueWindow]) -> int:
-    """crane's formula: the sum over windows of ``floor(bindings in the window / count)``."""
-    return sum(records.count_since(node, now - w.time_range) // w.count for w in windows)
+    """crane's formula (``app.model.hot_value``, the agent's too) over the records of ``node``."""
+    return hot_value_of(lambda since: records.count_since(node, since), now, windows)

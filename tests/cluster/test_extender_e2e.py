@@ -64,8 +64,9 @@ STALE = timedelta(hours=1)  # cpu_usage_avg_5m counts for period 3m + 5m
 class Extender:
     """``ballast extender`` as a subprocess on a fixed port, so it can be killed and restarted in place."""
 
-    def __init__(self, cp: ControlPlane) -> None:
+    def __init__(self, cp: ControlPlane, policy: Path = POLICY) -> None:
         self.cp = cp
+        self.policy = policy
         self.port = free_port()
         self.server: Server | None = None
         self.starts = 0
@@ -78,7 +79,7 @@ class Extender:
         assert self.cp.workdir
         self.starts += 1
         argv = [sys.executable, "-m", "ballast", "extender",
-                "--host", "127.0.0.1", "--port", str(self.port), "--policy", str(POLICY),
+                "--host", "127.0.0.1", "--port", str(self.port), "--policy", str(self.policy),
                 "--kubeconfig", str(self.cp.kubeconfig), "--policy-poll", "0"]  # fmt: skip
         self.server = spawn(f"ballast-extender-{self.starts}", argv, self.cp.workdir, env=dict(os.environ))
 

@@ -1,0 +1,152 @@
+"""The load reporter's wiring in ``ballast agent --report-load``: build it from the flags, run it on its
+own thread, stop it.
+
+The pods come from a watch on this node's pods (``agent.load.pods.NodePods``). The cgroup driver is the
+kubelet's (its configuration, as the NRT publisher reads it); when the kubelet's settings cannot be read,
+the tree says it (a ``kubepods.slice`` directory means systemd, as koordlet guesses). The history's
+checkpoint sits beside the CPU manager's (``--cpu-state-file``'s directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from agent.load.cgroups import PodCgroups, cgroup_version
+from agent.load.checkpoint import HistoryCheckpoint
+from agent.load.metrics import LoadMetrics
+from agent.load.pods import NodePods
+from agent.load.procfs import ProcError, ProcReader
+from agent.load.reporter import LoadReporter
+from agent.load.sampler import Sampler
+from app.model.policy import PolicyError, load_policy
+from app.model.policy_store import PolicyStore
+from common.kube import Kube, Reflector
+
+__all__ = ["CHECKPOINT_NAME", "LoadLoop", "guess_driver", "start_load_reporting"]
+
+log = logging.getLogger("ballast.agent.load")
+
+CHECKPOINT_NAME = "load_history"
+POD_RELIST_SECONDS = 300.0
+FIRST_LIST_WAIT_SECONDS = 5.0
+
+
+class LoadSetupError(Exception):
+    """The flags cannot give a working load reporter; the message says which and why."""
+
+
+def guess_driver(root: Path) -> str:
+    """systemd when the kubelet's ``kubepods.slice`` is in the tree, else cgroupfs."""
+    base = root if cgroup_version(root) == 2 else root / "cpuacct"
+    if not base.is_dir():
+        base = root / "cpu,cpuacct"
+    return "systemd" if (base / "kubepods.slice").is_dir() else "cgroupfs"
+
+
+class LoadLoop:
+    """The reporter's thread: a tick every sample interval, the policy file checked before each."""
+
+    def __init__(self, reporter: LoadReporter, store: PolicyStore, reflector: Any, interval: float) -> None:
+        self.reporter = reporter
+        self.store = store
+        self.reflector = reflector
+        self.interval = interval
+        self.hangup = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load-reporter", daemon=True)
+
+    def start(self) -> None:
+        self.reflector.start()
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.reflector.wait_synced(FIRST_LIST_WAIT_SECONDS)
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                if self.hangup.is_set():
+                    self.hangup.clear()
+                    self.store.reload("SIGHUP")
+                else:
+                    self.store.reload_if_changed()
+                self.reporter.tick()
+            except Exception:
+                log.exception("load report failed unexpectedly; retrying on the next tick")
+            next_tick += self.interval
+            now = time.monotonic()
+            if next_tick < now:  # a tick took longer than the interval: skip the missed ones
+                next_tick = now + self.interval
+            self._stop.wait(next_tick - now)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.reflector.stop()
+        self._thread.join(10)
+
+
+def start_load_reporting(
+    args: argparse.Namespace,
+    kube: Kube,
+    node_name: str,
+    registry: CollectorRegistry,
+    node: Callable[[], Mapping[str, Any] | None],
+    kubelet_driver: Callable[[], str | None],
+) -> LoadLoop:
+    """Build and start the load loop; ``LoadSetupError`` when the flags cannot work."""
+    if args.policy is None:
+        raise LoadSetupError(
+            "--report-load needs --policy FILE (the DynamicSchedulerPolicy, the shipped ConfigMap)"
+        )
+    try:
+        policy = load_policy(args.policy)
+    except (PolicyError, OSError) as e:
+        raise LoadSetupError(f"--policy {args.policy}: {e}") from None
+    proc = ProcReader(args.proc_root)
+    try:
+        proc.cpu_times()
+        proc.meminfo()
+    except (ProcError, OSError) as e:
+        raise LoadSetupError(f"--proc-root {args.proc_root}: {e}") from None
+    driver = kubelet_driver() or guess_driver(args.cgroup_root)
+    cgroups = PodCgroups(args.cgroup_root, driver)
+    log.info(
+        "reporting load every %gs (NodeLoad every %gs): /proc at %s, pod cgroups %s",
+        args.load_sample_interval,
+        args.load_report_interval,
+        args.proc_root,
+        cgroups.describe(),
+    )
+    metrics = LoadMetrics(registry)
+    store = PolicyStore(policy, args.policy, metrics)
+    pods = NodePods(node_name)
+    reflector = Reflector(
+        kube,
+        "/api/v1/pods",
+        pods,
+        params={"fieldSelector": f"spec.nodeName={node_name}"},
+        name=f"load-pods@{node_name}",
+        resync_seconds=POD_RELIST_SECONDS,
+    )
+    reporter = LoadReporter(
+        kube,
+        node_name,
+        Sampler(proc, cgroups),
+        pods,
+        lambda: store.current,
+        node,
+        checkpoint=HistoryCheckpoint(Path(args.cpu_state_file).parent / CHECKPOINT_NAME),
+        metrics=metrics,
+        sample_interval=args.load_sample_interval,
+        report_interval=args.load_report_interval,
+    )
+    loop = LoadLoop(reporter, store, reflector, args.load_sample_interval)
+    loop.start()
+    return loop

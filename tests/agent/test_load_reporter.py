@@ -1,0 +1,187 @@
+"""The load reporter's schedule and rules, on a simulated clock with a recording API (what the API server
+does with the writes is tested against the real one in tests/cluster/test_agent_load_e2e.py)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from agent.load.history import LoadHistory
+from agent.load.pods import NodePods
+from agent.load.reporter import LoadReporter
+from agent.load.sampler import PodSample, Sample
+from app.model.policy import build_policy
+from common.kube import ApiError
+from common.nodeload import NODELOAD_PATH
+
+T0 = 1_800_000_000.0 - 1_800_000_000.0 % 60
+POLICY = build_policy(
+    {
+        "apiVersion": "scheduler.policy.crane.io/v1alpha1",
+        "kind": "DynamicSchedulerPolicy",
+        "spec": {
+            "syncPolicy": [
+                {"name": "cpu_usage_avg_5m", "period": "3m"},
+                {"name": "cpu_usage_max_avg_1h", "period": "15m"},
+                {"name": "mem_usage_avg_5m", "period": "3m"},
+                {"name": "gpu_usage_avg_5m", "period": "3m"},
+            ],
+            "hotValue": [{"timeRange": "5m", "count": 2}],
+        },
+    }
+)
+
+
+class Recorder:
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.writes: list[tuple[float, str, dict[str, Any]]] = []
+        self.fail: int | None = None
+
+    def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.fail is not None:
+            raise ApiError(self.fail, "Boom", "injected")
+        self.writes.append((self.clock[0], path, body))
+        return {}
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append((self.clock[0], path, body))
+        return body
+
+
+class FixedSampler:
+    """Half the CPUs busy, a quarter of the memory used; pod ``p1`` at 0.25 cores and 100 MiB."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.first = True
+
+    def sample(self, pods: Any) -> Sample:
+        first, self.first = self.first, False
+        s = Sample(self.clock[0], None if first else 0.5, None if first else 1.0, 0.25, 1 << 30)
+        s.pods = {r.uid: PodSample(None if first else 0.25, 100 << 20) for r in pods}
+        return s
+
+
+def pod(uid: str, bound: str = "2026-11-25T20:00:00Z") -> dict[str, Any]:
+    return {
+        "metadata": {"uid": uid, "namespace": "shop", "name": f"web-{uid}", "creationTimestamp": bound},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        "status": {"phase": "Running",
+                   "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": bound}]},
+    }  # fmt: skip
+
+
+def reporter(clock: list[float], node: dict[str, Any] | None = None) -> tuple[LoadReporter, Recorder]:
+    kube = Recorder(clock)
+    pods = NodePods("n1")
+    pods.replace([pod("p1"), pod("p2"), pod("p3")])  # bound long before T0: no hot value
+    r = LoadReporter(
+        kube,  # type: ignore[arg-type]
+        "n1",
+        FixedSampler(clock),  # type: ignore[arg-type]
+        pods,
+        lambda: POLICY,
+        lambda: node or {"metadata": {"name": "n1", "uid": "node-uid", "annotations": {}}},
+        history=LoadHistory(),
+    )
+    return r, kube
+
+
+def test_two_writes_per_report_each_metric_at_its_period_and_unknown_names_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = [T0]
+    r, kube = reporter(clock)
+    caplog.set_level(logging.INFO, "ballast.agent.load")
+    assert r.tick().annotations == ()  # the first sample only seeds the CPU counters
+    for _ in range(6 * 60):  # an hour of 10 s samples
+        clock[0] += 10
+        r.tick()
+    writes = [(t, p) for t, p, _ in kube.writes if p != NODELOAD_PATH]
+    per_minute = [
+        sum(1 for t, _ in writes if s <= t < s + 60) for s in range(int(T0), int(clock[0]) - 59, 10)
+    ]
+    assert max(per_minute) == 2
+    assert [p for _, p, _ in kube.writes].count(NODELOAD_PATH) == 1  # created once
+    patches = [(t, b["metadata"]["annotations"]) for t, p, b in kube.writes if p == "/api/v1/nodes/n1"]
+    assert gaps(patches, "cpu_usage_avg_5m") == {180}
+    assert gaps(patches, "cpu_usage_max_avg_1h") == {900}
+    first = patches[0][1]
+    assert first["cpu_usage_avg_5m"].startswith("0.50000,") and first["mem_usage_avg_5m"].startswith(
+        "0.25000,"
+    )
+    assert first["ballast.io/load-source"] == "agent/n1"
+    assert "gpu_usage_avg_5m" not in first
+    assert caplog.text.count("gpu_usage_avg_5m is not one the agent measures") == 1
+
+
+def gaps(patches: list[tuple[float, dict[str, str]]], key: str) -> set[int]:
+    """The intervals, in seconds, between the patches that carried ``key``."""
+    times = [t for t, a in patches if key in a]
+    return {round(b - a) for a, b in itertools.pairwise(times)}
+
+
+def test_the_hot_value_counts_this_nodes_recent_bindings_by_the_annotators_rule() -> None:
+    clock = [T0]
+    r, kube = reporter(clock)
+    r.pods.replace([pod("a", _iso(T0 - 60)), pod("b", _iso(T0 - 120)), pod("c", _iso(T0 - 3600))])
+    r.tick()
+    clock[0] += 10
+    r.tick()
+    (patch,) = [b for _, p, b in kube.writes if p == "/api/v1/nodes/n1"]
+    assert patch["metadata"]["annotations"]["node_hot_value"].startswith("1,")  # floor(2 in 5m / 2)
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def test_the_nodeload_lists_the_bound_pods_owned_by_the_node_in_whole_mib() -> None:
+    clock = [T0]
+    r, kube = reporter(clock)
+    r.tick()
+    clock[0] += 10
+    assert r.tick().nodeload
+    created = next(b for _, p, b in kube.writes if p == NODELOAD_PATH)
+    assert created["metadata"]["ownerReferences"][0]["uid"] == "node-uid"
+    (status,) = [b["status"] for _, p, b in kube.writes if p == f"{NODELOAD_PATH}/n1/status"]
+    assert status["window"] == "5m"
+    assert status["node"] == {"cpu": "1", "memory": "1Gi"}
+    assert {p["uid"]: (p["cpu"], p["memory"]) for p in status["pods"]} == {
+        u: ("250m", "100Mi") for u in ("p1", "p2", "p3")
+    }
+
+
+def test_another_sources_fresh_values_are_left_and_stale_ones_taken_over() -> None:
+    clock = [T0]
+    theirs = {"ballast.io/load-source": "annotator", "cpu_usage_avg_5m": f"0.90000,{_iso(T0)}"}
+    node = {"metadata": {"name": "n1", "uid": "u", "annotations": theirs}}
+    r, _ = reporter(clock, node)
+    r.tick()
+    clock[0] += 10
+    result = r.tick()
+    assert result.conflict == "annotator" and result.annotations == () and result.nodeload
+    assert r.metrics.source_conflicts._value.get() == 1
+    clock[0] += 3 * 60 + 5 * 60  # the annotator's value is past its period + 5m
+    assert r.tick().annotations != ()
+
+
+def test_a_failed_write_is_counted_and_tried_again_at_the_next_report() -> None:
+    clock = [T0]
+    r, kube = reporter(clock)
+    kube.fail = 500
+    r.tick()
+    clock[0] += 10
+    failed = r.tick()
+    assert failed.errors and not failed.nodeload
+    assert r.metrics.write_errors.labels("node")._value.get() == 1
+    kube.fail = None
+    clock[0] += 10
+    assert not r.tick().nodeload  # not before the next report
+    clock[0] += 50
+    assert r.tick().nodeload

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -255,6 +256,21 @@ class Kube:
 
     def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    def get_dated(self, path: str, query: Mapping[str, str] | None = None) -> tuple[dict[str, Any], float]:
+        """GET, with the API server's clock when it answered (the reply's ``Date``, whole seconds): ages of
+        server-stamped times (``creationTimestamp``) are then measured on one clock, whatever this
+        machine's clock says. Without a readable ``Date`` the call fails like a bad reply."""
+        resp = self._open("GET", path, query=query)
+        data = resp.read()
+        if not 200 <= resp.status < 300:
+            raise _api_error(resp.status, resp.reason or "", data, resp.headers)
+        try:
+            date = parsedate_to_datetime(resp.headers.get("Date") or "").timestamp()
+            out = orjson.loads(data)
+        except (TypeError, ValueError, orjson.JSONDecodeError) as exc:
+            raise ApiError(resp.status, "BadResponse", f"GET {path}: no JSON or no Date") from exc
+        return (out if isinstance(out, dict) else {}), date
 
     def list_all(
         self, path: str, params: Mapping[str, str] | None = None, page: int = 500

@@ -10,6 +10,12 @@
   duration others wait, so two replicas never write at the same time even when the leader stalls.
 - ``release()`` (on SIGTERM) first stops writing, then hands the Lease back (empty holder, duration 1s)
   so the other replica takes over at its next retry instead of waiting out the lease.
+- ``confirm()`` reads the Lease back from the API server immediately before an irreversible act (an
+  eviction): true only when the Lease still names this replica *and* the renew deadline has not passed
+  (checked after the read, so a slow read cannot stretch it). A Lease taken by any other write (another
+  replica, an operator's edit) stops this replica at once instead of at its next renewal.
+- ``term`` counts the times this replica took the Lease from someone else (or from nobody): a new term
+  is when a leader must first learn what its predecessor did.
 
 Defaults are crane's (and kube-controller-manager's): 15s lease, 10s renew deadline, 2s retry period.
 """
@@ -113,12 +119,32 @@ class LeaderElector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error = ""
+        self.term = 0
 
     # ---- state
 
     def is_leader(self) -> bool:
         """May this replica write now? True only inside the renew deadline of its last renewal."""
         return self.monotonic() < self._valid_until
+
+    def confirm(self) -> bool:
+        """Leadership checked against the API server now (one GET of the Lease): the Lease names this
+        replica and the renew deadline of its last renewal has not passed. Any failure says no."""
+        if not self.is_leader():
+            return False
+        try:
+            lease = self.kube.get(self.path)
+        except ApiError as exc:
+            self.last_error = str(exc)
+            log.warning("lease %s/%s: could not confirm leadership: %s", self.namespace, self.name, exc)
+            return False
+        holder = (lease.get("spec") or {}).get("holderIdentity") if isinstance(lease, dict) else None
+        if holder != self.identity:
+            self._valid_until = float("-inf")  # taken by another write: stop at once
+            log.warning("lease %s/%s is held by %s, not by this replica: not acting",
+                        self.namespace, self.name, holder)  # fmt: skip
+            return False
+        return self.is_leader()
 
     @property
     def holder(self) -> str | None:
@@ -190,6 +216,8 @@ class LeaderElector:
                 return False
             raise
         self._observe(updated)
+        if not mine:
+            self.term += 1
         return True
 
     def _holding_cached(self) -> bool:
@@ -224,6 +252,7 @@ class LeaderElector:
                 return False
             raise
         self._observe(created)
+        self.term += 1
         return True
 
     def release(self) -> bool:

@@ -180,3 +180,42 @@ def test_leader_flags_problem_is_the_electors_own_rule() -> None:
     assert "(got 5s, 10s, 2s)" in (leader_flags_problem(flags(5, 10, 2)) or "")
     assert leader_flags_problem(flags(15, 2.4, 2)) is not None  # 2.4 is not > 1.2 x 2
     assert leader_flags_problem(flags(15, 2.41, 2)) is None
+
+
+def test_confirm_reads_the_lease_back_and_a_stolen_lease_stops_at_once(
+    fake_kube: FakeKube, kube: Kube
+) -> None:
+    clock = Clock()
+    a = elector(kube, "a", clock)
+    assert a.try_acquire_or_renew() and a.term == 1
+    assert a.confirm()
+    # an outside write (an operator, a buggy client) hands the Lease to someone else
+    lease = fake_kube.get("leases", "ballast-annotator", namespace=NS)
+    assert lease is not None
+    lease["spec"]["holderIdentity"] = "thief"
+    fake_kube.update(lease)
+    assert a.is_leader()  # its own bookkeeping still says yes until the next renewal ...
+    assert not a.confirm()  # ... the read-back does not, and leadership ends there
+    assert not a.is_leader()
+
+
+def test_confirm_says_no_past_the_renew_deadline_whatever_the_read_says(
+    fake_kube: FakeKube, kube: Kube
+) -> None:
+    clock = Clock()
+    a = elector(kube, "a", clock, renew_deadline=10.0)
+    assert a.try_acquire_or_renew()
+    clock.t += 9.9
+    assert a.confirm()
+    clock.t += 0.2  # no renewal for 10.1 s: the Lease still names a, and no other replica has taken it
+    assert not a.confirm()
+
+
+def test_a_term_starts_only_when_the_lease_changes_hands(fake_kube: FakeKube, kube: Kube) -> None:
+    clock = Clock()
+    a, b = elector(kube, "a", clock), elector(kube, "b", clock)
+    assert a.try_acquire_or_renew() and a.try_acquire_or_renew() and a.term == 1
+    assert a.release()
+    assert b.try_acquire_or_renew() and b.term == 1
+    assert b.release()
+    assert a.try_acquire_or_renew() and a.term == 2

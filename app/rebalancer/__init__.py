@@ -13,11 +13,14 @@ Pure (no I/O, tested with tables):
 - ``limits``    per node, namespace, cycle, and per workload in a window.
 - ``plan``      one cycle's decisions, and the view of them (``/rebalance``, ``--once --json``).
 - ``policy_check`` policies that set the extender and the rebalancer against each other (reported).
+- ``promises``  the evictions that still count (evicted or of unknown outcome), and how a new leader
+  rebuilds its predecessor's from the rebalancer's own Events.
 
 I/O:
 
 - ``cache``     watch-driven nodes and pods (``common.kube.Reflector``), indexed by node.
 - ``nodeloads`` watch-driven NodeLoads: each node's measured per-pod usage, read when fresh.
-- ``evictor``   ``policy/v1`` Evictions (429 = a PodDisruptionBudget says not now), Events, pace.
+- ``evictor``   ``policy/v1`` Evictions (a 429 naming a PodDisruptionBudget, throttling, unknown
+  outcomes) and the Events that remember each call.
 - ``metrics``, ``cli``, ``run``: counters, flags, and the wiring with leader election and health.
 """

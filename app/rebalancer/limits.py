@@ -9,12 +9,15 @@ Why each limit exists:
   most of its pods while the moved ones start, PodDisruptionBudgets or not.
 
 Planned evictions count at once (the plan stops at a limit); the per-workload window keeps only
-evictions that happened (``commit``), so a PodDisruptionBudget refusal does not use up the window.
+evictions that happened or may have happened (``commit``: evicted, or an unknown outcome), so a
+PodDisruptionBudget refusal does not use up the window. The window is kept per pod UID: a new leader's
+rebuilt promises (``app.rebalancer.promises``) and this replica's own count once, and an unknown outcome
+whose pod is seen unchanged is taken back (``forget``).
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 
 from app.model.rebalance_policy import Limits
 from app.rebalancer.pods import PodFacts
@@ -25,7 +28,8 @@ __all__ = ["Limiter"]
 class Limiter:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self._history: dict[str, deque[float]] = {}
+        self._history: dict[str, dict[str, float]] = {}
+        """workload -> pod UID -> when the eviction call was made"""
         self.begin(limits)
 
     def begin(self, limits: Limits) -> None:
@@ -40,8 +44,8 @@ class Limiter:
         times = self._history.get(workload)
         if not times:
             return 0
-        while times and times[0] <= now - self.limits.workload_window:
-            times.popleft()
+        for uid in [u for u, t in times.items() if t <= now - self.limits.workload_window]:
+            del times[uid]
         if not times:
             del self._history[workload]
             return 0
@@ -77,5 +81,19 @@ class Limiter:
         self.by_workload[pod.workload] += 1
 
     def commit(self, pod: PodFacts, now: float) -> None:
-        """The eviction happened (or, in a dry run, would have): it counts in the workload's window."""
-        self._history.setdefault(pod.workload, deque()).append(now)
+        """The eviction happened, may have (unknown outcome), or in a dry run would have: it counts in the
+        workload's window."""
+        self.remember(pod.workload, pod.uid, now)
+
+    def remember(self, workload: str, uid: str, at: float) -> None:
+        """Count an eviction call of ``uid`` at ``at`` (the later time when it is already counted)."""
+        times = self._history.setdefault(workload, {})
+        times[uid] = max(at, times.get(uid, at))
+
+    def forget(self, workload: str, uid: str) -> None:
+        """An unknown outcome that did not evict: it stops counting."""
+        times = self._history.get(workload)
+        if times is not None:
+            times.pop(uid, None)
+            if not times:
+                del self._history[workload]

@@ -15,9 +15,11 @@ class RebalancerMetrics:
         r = self.registry
         self.evictions = Counter(
             "ballast_rebalancer_evictions",
-            "Victims by result: evicted, pdb_blocked (429: a PodDisruptionBudget said not now), no_fit (no "
-            "cool node would take it), limited (a limit stopped it), error; dry_run says whether the "
-            "eviction call was made.",
+            "Victims by result: evicted, pdb_blocked (429 naming a PodDisruptionBudget: not now), throttled "
+            "(429 without one: the API server's rate limit, no call before its Retry-After), unknown (no "
+            "answer, a reset, a timeout or a 5xx: counted as evicted by every limit), no_fit (no cool node "
+            "would take it), limited (a limit stopped it), error (a definite refusal); dry_run says whether "
+            "the eviction call was made.",
             ["result", "dry_run"],
             registry=r,
         )

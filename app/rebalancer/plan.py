@@ -68,7 +68,8 @@ class Choice:
     message: str | None = None
     """The Event's message for an eviction."""
     result: str | None = None
-    """What the eviction call did (set by the evictor): evicted, pdb_blocked, error, dry_run."""
+    """What the eviction call did (set by the evictor): evicted, pdb_blocked, throttled, unknown, error,
+    not attempted."""
     usage: Usage | None = None
     """What the pod takes off its node, ``measured`` or ``estimated`` (candidates of a hot node)."""
 

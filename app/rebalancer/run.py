@@ -10,6 +10,13 @@ it is aborted, before any eviction, while a watch has not listed or is reconnect
 the remaining evictions of a cycle stop at the first eviction call that fails for another reason than a
 PodDisruptionBudget (429). A policy reload that fails (the file, or its ``spec.rebalance``) keeps the last
 good policy and turns ``/readyz`` to 503 with the reason.
+
+One leader at the moment of each eviction: the pace sleep comes first and is cut short by SIGTERM; then the
+Lease is read back (``LeaderElector.confirm``: still ours, renew deadline not passed) immediately before
+the eviction call, after the Event that remembers it. A replica that steps down, loses or cannot confirm
+the Lease makes no further call. At the first cycle of each term (and at start) the leader rebuilds its
+predecessor's promises (``app.rebalancer.promises``) before planning; a cycle that cannot read them is
+aborted: a new leader never acts before it knows what was promised.
 """
 
 from __future__ import annotations
@@ -32,12 +39,21 @@ from app.model.policy_store import PolicyStore
 from app.model.rebalance_policy import RebalanceSettings, rebalance_settings
 from app.rebalancer.cache import NodeCache, PodCache
 from app.rebalancer.classify import Tracker
-from app.rebalancer.evictor import ERROR, EVICTED, Evictor
+from app.rebalancer.evictor import (
+    COMPONENT,
+    ERROR,
+    EVICTED,
+    NOT_ATTEMPTED,
+    THROTTLED,
+    UNKNOWN,
+    Evictor,
+)
 from app.rebalancer.limits import Limiter
 from app.rebalancer.metrics import RebalancerMetrics
 from app.rebalancer.nodeloads import NodeLoadCache
 from app.rebalancer.plan import LIMITED, NO_FIT, Plan, plan_cycle
 from app.rebalancer.policy_check import policy_warnings
+from app.rebalancer.promises import SETTLE, Promise, from_events
 from common.health import HealthServer
 from common.kube import ApiError, Kube, KubeConfigError, Reflector, load_api_client
 from common.leader import default_identity, elector_from_args, leader_flags_problem
@@ -74,6 +90,9 @@ class Rebalancer:
         *,
         blocked: Callable[[], str | None] = lambda: None,
         may_act: Callable[[], bool] = lambda: True,
+        confirm: Callable[[], bool] | None = None,
+        term: Callable[[], int] = lambda: 0,
+        events: Callable[[], tuple[list[Any], float]] | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Any] = time.sleep,
         measured: NodeLoadCache | None = None,
@@ -85,12 +104,23 @@ class Rebalancer:
         self.metrics = metrics
         self.blocked = blocked
         self.may_act = may_act
+        self.confirm = confirm or may_act
+        """Checked immediately before each eviction call (``may_act`` plus the Lease read back)."""
+        self.term = term
+        self.events = events
+        """This component's Events and the API server's clock (``Kube.get_dated``); ``None``: nothing to
+        rebuild from (unit tests)."""
         self.clock = clock
         self.sleep = sleep
         self.measured = measured
         """The agents' NodeLoads: measured per-pod usage (``None``: every pod is estimated)."""
         self.warnings: tuple[str, ...] = ()
         """``policy_check.policy_warnings`` of the running policy."""
+        self.promises: dict[str, Promise] = {}
+        """Pod UID -> the eviction call that still counts (this replica's and its predecessors')."""
+        self._term_seen: int | None = None
+        self._next_call = float("-inf")
+        """Monotonic time before which no eviction call is made (pace, Retry-After, a predecessor's pace)."""
         self.tracker = Tracker()
         self.limiter: Limiter | None = None
         self.last: Plan | None = None
@@ -133,6 +163,11 @@ class Rebalancer:
             return None
         if self.limiter is None:
             self.limiter = Limiter(settings.limits)
+        if (why := self._keep_promises(settings)) is not None:
+            self.metrics.cycles.labels("aborted").inc()
+            self.last_note = f"cycle aborted before any eviction: {why}"
+            log.warning("%s", self.last_note)
+            return None
         now = self.clock()
         cache = self.measured
         plan = plan_cycle(
@@ -162,31 +197,94 @@ class Rebalancer:
             )
         return plan
 
+    def _keep_promises(self, settings: RebalanceSettings) -> str | None:
+        """Rebuild the predecessor's promises at a new term; release unknown outcomes whose pod is seen
+        unchanged; forget what no limit counts any more. Returns why the cycle must not act, or None."""
+        assert self.limiter is not None
+        term = self.term()
+        wall, mono = self.clock(), time.monotonic()
+        if term != self._term_seen and self.events is not None:
+            try:
+                items, server_now = self.events()
+            except Exception as exc:  # an API error, or a reply that is not a list
+                return f"cannot read this component's Events to keep the previous leader's promises ({exc})"
+            rebuilt = from_events(items, server_now, wall, dry_run=self.evictor.dry_run)
+            pace = 1.0 / settings.limits.evictions_per_second
+            for p in rebuilt:
+                self._promise(p)
+                self._next_call = max(self._next_call, mono + (p.at + pace - wall))
+            if rebuilt:
+                log.info("kept %d eviction(s) of earlier leaders in the limits and waits", len(rebuilt))
+        self._term_seen = term
+        window = settings.limits.workload_window
+        for uid, p in list(self.promises.items()):
+            settled = p.unknown and wall >= p.at + SETTLE
+            if settled and any(q.uid == uid and not q.terminating for q in self.pods.on(p.node)):
+                log.info("%s/%s seen unchanged after the eviction call of unknown outcome: not evicted",
+                         p.namespace, p.name)  # fmt: skip
+                self.limiter.forget(p.workload, uid)
+                del self.promises[uid]
+                continue
+            if wall - p.at > max(window, SETTLE):
+                del self.promises[uid]
+        return None
+
+    def _promise(self, p: Promise) -> None:
+        assert self.limiter is not None
+        old = self.promises.get(p.uid)
+        if old is not None and old.at >= p.at:
+            return
+        self.promises[p.uid] = p
+        self.limiter.remember(p.workload, p.uid, p.at)
+        counts = self.tracker.counts.get(p.node)
+        if counts is None or counts.evicted_at is None or counts.evicted_at < p.waits_past:
+            self.tracker.evicted(p.node, p.waits_past)
+
     def _execute(self, plan: Plan, settings: RebalanceSettings) -> str | None:
         assert self.limiter is not None
         pace = 1.0 / settings.limits.evictions_per_second
-        last = None
-        for choice in plan.evictions:
-            if not self.may_act():
-                choice.result = "not attempted: no longer the leader"
-                return "lost the lease during the cycle"
-            if last is not None and not self.evictor.dry_run:
-                wait = last + pace - time.monotonic()
+        dry = self.evictor.dry_run
+
+        def skip_rest(after: int, why: str) -> None:
+            for c in plan.evictions[after:]:
+                c.result = f"not attempted: {why}"
+
+        for i, choice in enumerate(plan.evictions):
+            if not dry:
+                wait = self._next_call - time.monotonic()
                 if wait > 0:
-                    self.sleep(wait)
-            last = time.monotonic()
-            result, err = self.evictor.evict(choice)
-            choice.result = result
-            self.metrics.evictions.labels(result, self.dry).inc()
-            if result == EVICTED:
+                    self.sleep(wait)  # SIGTERM cuts it short; leadership is checked after it
+            if not self.may_act():
+                skip_rest(i, "no longer the leader")
+                return "lost the lease (or stepping down) during the cycle"
+            out = self.evictor.evict(choice, confirm=self.confirm)
+            if not dry:
+                self._next_call = max(self._next_call, time.monotonic() + pace)
+            choice.result = out.result
+            if out.result == NOT_ATTEMPTED:
+                skip_rest(i, "leadership not confirmed immediately before the eviction call")
+                return (
+                    "leadership not confirmed before an eviction call; nothing more is evicted in this cycle"
+                )
+            self.metrics.evictions.labels(out.result, self.dry).inc()
+            if out.result in (EVICTED, UNKNOWN):
                 now = self.clock()
-                self.limiter.commit(choice.pod, now)
-                self.tracker.evicted(choice.pod.node, now)
-            elif result == ERROR and err is not None and err.code not in (404, 409):
+                pod = choice.pod
+                self._promise(Promise(pod.uid, pod.namespace, pod.name, pod.node, pod.workload, now, now,
+                                      out.result == UNKNOWN))  # fmt: skip
+            err = out.error
+            if out.result == THROTTLED:
+                self._next_call = max(self._next_call, time.monotonic() + out.retry_after)
+                skip_rest(i + 1, "the API server throttles eviction calls")
+                return f"eviction calls throttled by the API server (429): none before {out.retry_after:g}s"
+            if out.result == UNKNOWN:
+                skip_rest(i + 1, "an earlier eviction call's outcome is unknown")
+                return (
+                    f"eviction outcome unknown ({err}), counted as evicted; the rest of the cycle is skipped"
+                )
+            if out.result == ERROR and err is not None and err.code not in (404, 409):
                 # 404 / 409: that pod is gone or replaced; anything else may be the API server itself
-                rest = plan.evictions[plan.evictions.index(choice) + 1 :]
-                for c in rest:
-                    c.result = "not attempted: an earlier eviction call failed"
+                skip_rest(i + 1, "an earlier eviction call failed")
                 return f"eviction call failed ({err}); the rest of the cycle is skipped"
         return None
 
@@ -256,6 +354,20 @@ def _evictor(args: argparse.Namespace, kube: Kube, identity: str, metrics: Rebal
     )
 
 
+def _events(kube: Kube) -> Callable[[], tuple[list[Any], float]]:
+    """This component's Events in every namespace, and the API server's clock (a consistent read, made
+    once per term)."""
+
+    def read() -> tuple[list[Any], float]:
+        out, server_now = kube.get_dated("/api/v1/events", {"fieldSelector": f"source={COMPONENT}"})
+        items = out.get("items")
+        if not isinstance(items, list):
+            raise ValueError("the Event list has no items")
+        return items, server_now
+
+    return read
+
+
 def _text(view: dict[str, Any]) -> str:
     cycle = view.get("lastCycle") or {}
     lines = [f"rebalancer{' (dry run)' if view['dryRun'] else ''}: {view['note']}"]
@@ -304,6 +416,9 @@ def _once(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, o
         metrics,
         may_act=elector.is_leader if elector is not None else (lambda: True),
         measured=measured,
+        confirm=elector.confirm if elector is not None else None,
+        term=(lambda: elector.term) if elector is not None else (lambda: 0),
+        events=_events(kube),
     )
     try:
         plan = rebalancer.cycle()
@@ -359,9 +474,14 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
     def may_act() -> bool:
         return not stop.is_set() and (elector is None or elector.is_leader())
 
+    def confirm() -> bool:
+        return not stop.is_set() and (elector is None or elector.confirm())
+
     rebalancer = Rebalancer(
         lambda: store.current, nodes, pods, _evictor(args, kube, identity, metrics), metrics,
-        blocked=blocked, may_act=may_act, measured=measured,
+        blocked=blocked, may_act=may_act, measured=measured, confirm=confirm,
+        term=(lambda: elector.term) if elector is not None else (lambda: 0),
+        events=_events(kube), sleep=stop.wait,
     )  # fmt: skip
     beat = [time.monotonic()]
 

@@ -67,18 +67,32 @@ def test_json_is_for_once_and_no_cluster_is_a_configuration_error(
 
 
 class Calls:
-    """A ``Kube`` double: records creates; ``answers`` maps a path suffix to an ApiError to raise."""
+    """A ``Kube`` double: records creates (an Event gets a name, and merge patches change it);
+    ``answers`` maps a path suffix to an ApiError to raise."""
 
     def __init__(self, answers: dict[str, ApiError] | None = None) -> None:
         self.created: list[tuple[str, dict[str, Any]]] = []
         self.answers = answers or {}
+        self.order: list[str] = []
+        """Every call: ``eviction`` or ``event`` (create) or ``patch``."""
 
     def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         for suffix, err in self.answers.items():
             if path.endswith(suffix):
                 raise err
+        body = json.loads(json.dumps(body))
+        if path.endswith("/events"):
+            body["metadata"]["name"] = f"ev{len(self.created)}"
         self.created.append((path, body))
-        return {}
+        self.order.append("eviction" if path.endswith("/eviction") else "event")
+        return body
+
+    def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        name = path.rsplit("/", 1)[1]
+        (body,) = [b for p, b in self.created if b.get("metadata", {}).get("name") == name]
+        body.update(patch)
+        self.order.append("patch")
+        return body
 
     def evictions(self) -> list[str]:
         return [p for p, _ in self.created if p.endswith("/eviction")]
@@ -109,7 +123,9 @@ def test_evictions_go_through_the_eviction_api_with_the_uid_and_leave_events() -
     plan = r.cycle()
     assert plan is not None and len(plan.evictions) == 2  # the per-node limit
     assert len(kube.evictions()) == 2
-    path, body = kube.created[0]
+    # the Event that remembers the call is written before it, then turned into the outcome
+    assert kube.order == ["event", "eviction", "patch"] * 2
+    (path, body) = next((p, b) for p, b in kube.created if p.endswith("/eviction"))
     assert path.startswith("/api/v1/namespaces/default/pods/p") and path.endswith("/eviction")
     assert body["apiVersion"] == "policy/v1" and body["kind"] == "Eviction"
     assert body["deleteOptions"]["preconditions"]["uid"].startswith("uid-p")
@@ -119,12 +135,23 @@ def test_evictions_go_through_the_eviction_api_with_the_uid_and_leave_events() -
         "evicted: cpu_usage_avg_5m 0.99 > high 0.80 for 1 cycles; usage estimated (cpu 425m, memory 179Mi); "
         "fits on cool"
     )
+    record = json.loads(event["metadata"]["annotations"]["ballast.io/rebalance"])
+    assert record == {"node": "hot", "workload": "default/ReplicaSet/o0", "at": NOW, "dryRun": False}
     assert count(metrics, "evicted") == 2 and count(metrics, "limited") == 1
 
 
+PDB_REFUSAL = {  # kube-apiserver v1.36's answer, as read in tests/cluster/test_rebalance_safety.py
+    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 429,
+    "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+    "reason": "TooManyRequests",
+    "details": {"causes": [{"reason": "DisruptionBudget",
+                            "message": "The disruption budget db needs 1 healthy pods and has 1 currently"}]},
+}  # fmt: skip
+
+
 def test_a_429_is_not_now_and_is_never_forced() -> None:
-    refusal = "Cannot evict pod as it would violate the pod's disruption budget."
-    kube = Calls({"/eviction": ApiError(429, "TooManyRequests", refusal)})
+    refusal = str(PDB_REFUSAL["message"])
+    kube = Calls({"/eviction": ApiError(429, "TooManyRequests", refusal, PDB_REFUSAL)})
     r, metrics = rebalancer(kube)
     plan = r.cycle()
     assert plan is not None and [c.result for c in plan.evictions] == ["pdb_blocked", "pdb_blocked"]
@@ -135,13 +162,31 @@ def test_a_429_is_not_now_and_is_never_forced() -> None:
     assert again is not None and len(again.evictions) == 2 and count(metrics, "pdb_blocked") == 4
 
 
-def test_an_api_failure_stops_the_cycle_and_partial_data_aborts_before_any_eviction() -> None:
-    kube = Calls({"/eviction": ApiError(503, "ServiceUnavailable", "etcd leader changed")})
+def test_a_throttling_429_is_told_apart_from_a_pdb_and_its_retry_after_is_honoured() -> None:
+    # priority and fairness: a plain-text 429 with Retry-After, no Status, no budget named
+    kube = Calls({"/eviction": ApiError(429, "Too Many Requests", "Too many requests", retry_after="7")})
+    r, metrics = rebalancer(kube)
+    slept: list[float] = []
+    r.sleep = slept.append
+    plan = r.cycle()
+    assert plan is not None and plan.evictions[0].result == "throttled"
+    assert plan.evictions[1].result.startswith("not attempted")
+    assert count(metrics, "throttled") == 1 and count(metrics, "pdb_blocked") == 0
+    assert [e["reason"] for e in kube.events()] == ["RebalanceThrottled"]
+    kube.answers.clear()
+    r.cycle()
+    assert 6.0 < slept[0] <= 7.0  # no eviction call before Retry-After
+    assert len(kube.evictions()) == 2
+
+
+def test_a_definite_refusal_stops_the_cycle_and_partial_data_aborts_before_any_eviction() -> None:
+    kube = Calls({"/eviction": ApiError(403, "Forbidden", "no RBAC for pods/eviction")})
     r, metrics = rebalancer(kube)
     plan = r.cycle()
     assert plan is not None
     assert plan.evictions[0].result == "error"
     assert plan.evictions[1].result.startswith("not attempted")
+    assert [e["reason"] for e in kube.events()] == ["RebalanceFailed"]
     assert metrics.cycles.labels("aborted")._value.get() == 1
     quiet = Calls()
     r, metrics = rebalancer(quiet, blocked="the pods watch is down (connection refused)")
@@ -329,3 +374,62 @@ def test_two_replicas_only_the_lease_holder_acts(
             stop.set()
         for thread in threads:
             thread.join(15)
+
+
+def test_an_eviction_whose_answer_is_lost_counts_until_the_pod_is_seen_unchanged() -> None:
+    # perWorkload 1: the API server may have evicted p0 (it answered 500); p1 and p2 are the same workload
+    kube = Calls({"/eviction": ApiError(500, "InternalError", "etcdserver: request timed out")})
+    p, _ = policy(consecutiveAbnormal=1, perWorkload=1, workloadWindow="10m")
+    nodes, pods = NodeCache(lambda: p, clock=lambda: NOW), PodCache(lambda: p)
+    nodes.replace([node("hot", 0.99), node("cool", 0.10)], "1")
+    pods.replace([pod(f"p{i}", "hot", cpu="500m") for i in range(3)], "1")
+    metrics = RebalancerMetrics()
+    clock = [NOW + 1]
+    ev = Evictor(kube, dry_run=False, clock=lambda: clock[0])  # type: ignore[arg-type]
+    r = Rebalancer(lambda: p, nodes, pods, ev, metrics, clock=lambda: clock[0], sleep=lambda s: None)
+    plan = r.cycle()
+    assert plan is not None and [c.result for c in plan.evictions] == ["unknown"]
+    assert count(metrics, "unknown") == 1 and count(metrics, "error") == 0
+    (event,) = kube.events()
+    assert event["reason"] == "RebalanceUnknown" and "counted as an eviction" in event["message"]
+    # counted as done: the node waits for a newer measurement ...
+    kube.answers.clear()
+    clock[0] += 2
+    again = r.cycle()
+    assert again is not None and again.evictions == [] and kube.evictions() == []
+    assert "waiting for a measurement newer" in again.nodes[0].status
+    # ... and once one arrives, still hot, the workload's window holds
+    nodes.replace([node("hot", 0.99, at=NOW + 5), node("cool", 0.10)], "2")
+    clock[0] += 5
+    third = r.cycle()
+    assert third is not None and third.evictions == [] and kube.evictions() == []
+    assert all(c.outcome in ("limited", "skipped") for c in third.nodes[0].candidates)
+    # seen unchanged (same UID, not terminating, same node) once the call cannot still take effect:
+    # it did not evict, and stops counting
+    clock[0] = NOW + 1 + 61
+    nodes.replace([node("hot", 0.99, at=clock[0] - 1), node("cool", 0.10, at=clock[0] - 1)], "3")
+    fourth = r.cycle()
+    assert fourth is not None and len(fourth.evictions) == 1 and len(kube.evictions()) == 1
+
+
+def test_an_unknown_outcome_stays_counted_while_the_pod_is_terminating() -> None:
+    kube = Calls({"/eviction": ApiError(0, "Unavailable", "POST ...: ProtocolError: connection reset")})
+    p, _ = policy(consecutiveAbnormal=1, perWorkload=1, workloadWindow="10m")
+    nodes, pods = NodeCache(lambda: p, clock=lambda: NOW), PodCache(lambda: p)
+    nodes.replace([node("hot", 0.99), node("cool", 0.10)], "1")
+    pods.replace([pod(f"p{i}", "hot", cpu="500m") for i in range(3)], "1")
+    clock = [NOW + 1]
+    ev = Evictor(kube, dry_run=False, clock=lambda: clock[0])  # type: ignore[arg-type]
+    r = Rebalancer(lambda: p, nodes, pods, ev, RebalancerMetrics(), clock=lambda: clock[0],
+                   sleep=lambda s: None)  # fmt: skip
+    (choice,) = r.cycle().evictions  # type: ignore[union-attr]
+    assert choice.result == "unknown"
+    kube.answers.clear()
+    # the eviction did happen: the pod is terminating
+    gone = pod(choice.pod.name, "hot", cpu="500m")
+    gone["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    pods.apply("MODIFIED", gone)
+    clock[0] = NOW + 1 + 120
+    nodes.replace([node("hot", 0.99, at=clock[0] - 1), node("cool", 0.10, at=clock[0] - 1)], "2")
+    later = r.cycle()
+    assert later is not None and later.evictions == [] and kube.evictions() == []

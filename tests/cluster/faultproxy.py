@@ -15,7 +15,9 @@ and do one of:
   (``status=0``: reset the connection): the API server did it, the client does not know;
 - ``hold``: forward, and pass no byte of the reply while the rule is in place: the client waits for its
   own timeout. A hold also applies to replies already streaming (a watch open before the rule was added
-  stalls, its connection open); removing the rule lets the held bytes through, in order.
+  stalls, its connection open); removing the rule lets the held bytes through, in order;
+- ``stall``: do not forward, and answer nothing while the rule is in place (then close): the API server
+  never sees the request, the client waits for its own timeout.
 
 ``seen`` records every request (method, target, the API server's status or ``None`` when not forwarded),
 so a test can count what really reached the API server.
@@ -38,7 +40,7 @@ from tests.cluster.controlplane import ControlPlane, free_port
 
 __all__ = ["FaultProxy", "Rule", "Seen", "status_body"]
 
-ANSWER, LOSE, HOLD = "answer", "lose", "hold"
+ANSWER, LOSE, HOLD, STALL = "answer", "lose", "hold", "stall"
 REASONS = {
     429: "Too Many Requests",
     500: "Internal Server Error",
@@ -75,6 +77,8 @@ class Seen:
     target: str
     status: int | None = None
     """The API server's status code; ``None`` when not forwarded (or before the reply)."""
+    at: float = field(default_factory=time.monotonic)
+    """When the request arrived (``time.monotonic``)."""
 
 
 class FaultProxy:
@@ -193,6 +197,10 @@ class FaultProxy:
             rule = self._rule_for(method, target)
             if rule is not None and rule.action == ANSWER:
                 client.sendall(_response(rule.status, rule.body, rule.headers))
+                return
+            if rule is not None and rule.action == STALL:
+                while rule in self.rules and not self._closed.is_set():
+                    time.sleep(0.05)
                 return
             upstream = self._upstream_ctx.wrap_socket(
                 socket.create_connection(("127.0.0.1", self.cp.apiserver_port), timeout=30),

@@ -427,7 +427,7 @@ def _once(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, o
             elector.release()
     view = rebalancer.view()
     out.write(orjson.dumps(view, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json else _text(view))
-    failed = plan is not None and any(c.result == ERROR for c in plan.evictions)
+    failed = plan is not None and any(c.result in (ERROR, UNKNOWN) for c in plan.evictions)
     return 1 if failed else 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 
 import pytest
@@ -93,18 +92,3 @@ def test_every_error_has_one_shape() -> None:
         r = c.get("/boom")
         assert r.status_code == 500 and "kaboom" in r.json()["reason"]
         _shape(r.json())
-
-
-def test_access_line_per_request_unless_quiet(caplog) -> None:
-    caplog.set_level(logging.INFO, logger="ballast.access")
-    with TestClient(_app()) as c:
-        c.get("/healthz")
-        c.post("/filter", content=b"{")
-    lines = [r.getMessage() for r in caplog.records if r.name == "ballast.access"]
-    assert len(lines) == 2
-    assert lines[0].startswith("GET /healthz 200 ") and lines[0].endswith("ms")
-    assert lines[1].startswith("POST /filter 400 ")
-    caplog.clear()
-    with TestClient(_app(access_log=False)) as c:
-        c.get("/healthz")
-    assert [r for r in caplog.records if r.name == "ballast.access"] == []

@@ -49,7 +49,7 @@ def serve(tmp_path: Path) -> Iterator:
         port = free_port()
         log = tmp_path / f"extender-{port}.log"
         argv = [sys.executable, "-m", "ballast", "extender", "--host", "127.0.0.1", "--port", str(port),
-                "--policy", str(POLICY_FILE), "--policy-poll", "0", "--quiet-access", *flags]  # fmt: skip
+                "--policy", str(POLICY_FILE), "--policy-poll", "0", *flags]  # fmt: skip
 
         def limit() -> None:
             if nofile is not None:

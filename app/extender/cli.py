@@ -94,9 +94,17 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "count against NUMA zones",
     )
     p.add_argument(
-        "--quiet-access",
+        "--access-log",
         action="store_true",
-        help="do not log a line per request (method, path, status, milliseconds) at INFO",
+        help="log a line per request (method, path, status, milliseconds) at INFO; without it only failed "
+        "and slow requests are logged, and a summary per minute",
+    )
+    p.add_argument(
+        "--slow-request",
+        type=positive_seconds,
+        default="100ms",
+        metavar="DURATION",
+        help="log a request that takes longer than this (WARNING), whatever --access-log says",
     )
     p.add_argument(
         "--max-body-bytes",
@@ -175,7 +183,8 @@ def run_extender(args: argparse.Namespace) -> int:
         nrt_assume_ttl=args.nrt_assume_ttl,
         scheduler_names=args.scheduler_names or DEFAULT_SCHEDULERS,
         result_key=result_key,
-        access_log=not args.quiet_access,
+        access_log=args.access_log,
+        slow_request=args.slow_request,
         max_body_bytes=args.max_body_bytes,
         body_timeout=args.body_timeout,
         max_body_bytes_in_flight=args.max_body_bytes_in_flight,

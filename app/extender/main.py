@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 from app import __version__
 from app.extender import wire
 from app.extender.api import debug, errors, examples, health, verbs
-from app.extender.api.access import AccessLog
+from app.extender.api.access import DEFAULT_SLOW_SECONDS, SUMMARY_SECONDS, AccessLog
 from app.extender.api.body import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
     DEFAULT_MAX_BODY_BYTES,
@@ -131,7 +131,9 @@ def create_app(
     max_body_bytes_in_flight: int = DEFAULT_MAX_BODY_BYTES_IN_FLIGHT,
     scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
     result_key: bytes | None = None,
-    access_log: bool = True,
+    access_log: bool = False,
+    slow_request: float = DEFAULT_SLOW_SECONDS,
+    access_summary_seconds: float = SUMMARY_SECONDS,
     nrt_assume_ttl: float = 120.0,
     lean_bind: bool = True,
 ) -> FastAPI:
@@ -139,7 +141,9 @@ def create_app(
 
     Without ``kube`` it serves whole-node requests and keeps tentative estimates (holds) of the pods it
     scores. With ``kube`` (cluster access) it also watches nodes and pods, serves names-only requests
-    from that cache, and binds. ``access_log`` logs one INFO line per request (``ballast.access``).
+    from that cache, and binds. The access log (``ballast.access``) has failed requests, requests slower
+    than ``slow_request`` seconds and a summary every ``access_summary_seconds``; ``access_log`` adds one
+    INFO line per request.
     ``lean_bind=False`` keeps the bind verb on the official client (the bench compares the two).
     """
     metrics = metrics or ExtenderMetrics()
@@ -205,9 +209,11 @@ def create_app(
         svc.readiness.append(cache.readiness)
         metrics.watches.reflectors = lambda: cache.reflectors
 
+    access = AccessLog(None, every_request=access_log, slow=slow_request)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tasks: list[asyncio.Task[Any]] = []
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(access.run_summaries(access_summary_seconds))]
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(RateLimitedLoopErrors())
         if store.path is not None:
@@ -230,6 +236,7 @@ def create_app(
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
+            access.summarise()
             if cache is not None:
                 await asyncio.to_thread(cache.stop)
 
@@ -254,8 +261,8 @@ def create_app(
     def build_middleware_stack() -> Any:
         """kube-scheduler's verbs are answered in front of FastAPI's own stack (``verbs.VerbFastPath``),
         everything else goes through it; the access log sees every request."""
-        fast = verbs.VerbFastPath(svc, build_stack())
-        return AccessLog(fast) if access_log else fast
+        access.app = verbs.VerbFastPath(svc, build_stack())
+        return access
 
     app.build_middleware_stack = build_middleware_stack  # type: ignore[method-assign]
     return app

@@ -18,6 +18,8 @@ _UNIT_SECONDS = {
     "m": 60.0,
     "h": 3600.0,
 }
+MAX_SECONDS = (2**63 - 1) / 1e9
+"""Go's ``time.Duration`` holds at most this many seconds; ``ParseDuration`` refuses longer ones."""
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 
@@ -47,8 +49,11 @@ def parse_duration(text: str) -> float:
         pos = match.end()
     if pos != len(s):
         raise ValueError(
-            f"invalid duration {text!r}: use a number with a unit ns, us, ms, s, m or h (e.g. '3m', '1h30m')"
+            f"invalid duration {text[:40]!r}: use a number with a unit ns, us, ms, s, m or h "
+            "(e.g. '3m', '1h30m')"
         )
+    if not total <= MAX_SECONDS:  # also NaN and inf: "9" * 400 + "h" reads as inf
+        raise ValueError(f"duration {text[:40]!r} is out of range: at most about 292 years (Go's limit)")
     return total
 
 

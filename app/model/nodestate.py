@@ -60,12 +60,46 @@ def _allocatable(node: Mapping[str, object]) -> tuple[int | None, int | None]:
     return _quantity(alloc, "cpu", cpu_milli), _quantity(alloc, "memory", memory_bytes)
 
 
+UNREADABLE = "(node)"
+"""The ``bad`` key of a node that could not be read at all (``parse_node``'s last resort)."""
+
+
 def parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeLoad:
-    """Build ``NodeLoad`` from a Node object (dict). Never raises on bad annotations or quantities.
+    """Build ``NodeLoad`` from a Node object (dict). Never raises, whatever the object holds.
 
     ``now`` is when the node arrived: a timestamp further ahead of it than the allowed clock skew is
-    refused (it would stay fresh for as long as it is ahead).
+    refused (it would stay fresh for as long as it is ahead). Each reader below is total on its own; a
+    failure none of them foresaw still makes the node "no information" (no samples, its pool or global
+    limits, the reason under ``bad["(node)"]``), never an exception out of a watch or a verb: one node's
+    content must not stop the cache or a request that names other nodes.
     """
+    try:
+        return _parse_node(node, policy, now)
+    except Exception as exc:
+        return _unreadable(node, policy, exc)
+
+
+def _unreadable(node: object, policy: Policy, exc: Exception) -> NodeLoad:
+    meta = node.get("metadata") if isinstance(node, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name")
+    rv = meta.get("resourceVersion")
+    labels = meta.get("labels")
+    try:
+        clean = {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+        limits, _ = node_limits(policy, clean, {})
+    except Exception:  # labels no selector can read: the global limits
+        limits = None
+    reason = " ".join(f"cannot be read: {type(exc).__name__}: {str(exc)[:160]}".split())
+    return NodeLoad(
+        name=name if isinstance(name, str) else "",
+        resource_version=rv if isinstance(rv, str) else None,
+        bad={UNREADABLE: reason},
+        limits=limits,
+    )
+
+
+def _parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeLoad:
     meta = node.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     name = meta.get("name")
@@ -84,14 +118,18 @@ def parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeLo
     if reason is not None:
         bad[HOT_VALUE_KEY] = reason
     labels = meta.get("labels")
-    labels = {k: v for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, Mapping) else {}
+    labels = (
+        {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+        if isinstance(labels, Mapping)
+        else {}
+    )
     limits, reason = node_limits(policy, labels, annotations)
     if reason is not None:
         bad[THRESHOLDS_ANNOTATION] = reason
     cpu, mem = _allocatable(node)
     rv = meta.get("resourceVersion")
     return NodeLoad(
-        name=str(name) if name is not None else "",
+        name=name if isinstance(name, str) else "",
         samples=samples,
         hot=hot,
         allocatable_cpu_milli=cpu,

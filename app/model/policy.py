@@ -31,7 +31,13 @@ from app.model.pools import (
     parse_prod,
 )
 from common.durations import parse_duration
+from common.numbers import finite, shown
 from common.quantity import parse_quantity
+
+MAX_COUNT = 2**31 - 1
+"""The largest whole number a count in the policy may hold (Kubernetes' int32 fields)."""
+MAX_QUANTITY = 2**53 - 1
+"""The largest default request in the policy (millicores, bytes): a JSON number is exact up to here."""
 
 API_VERSION = "scheduler.policy.crane.io/v1alpha1"
 KIND = "DynamicSchedulerPolicy"
@@ -252,13 +258,14 @@ class _Checker:
 
     def number(self, value: Any, path: str, lo: float, hi: float) -> float | None:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(path, f"expected a number, got {value!r}")
+            self.fail(path, f"expected a number, got {shown(value)}")
             return None
-        if math.isnan(value) or not lo <= value <= hi:
+        number = finite(value)  # 10**400 is an int no float holds: out of range, never OverflowError
+        if number is None or not lo <= number <= hi:
             allowed = f"at least {lo:g}" if math.isinf(hi) else f"in [{lo:g}, {hi:g}]"
-            self.fail(path, f"{value!r} is out of range: must be {allowed}")
+            self.fail(path, f"{shown(value)} is out of range: must be {allowed}")
             return None
-        return float(value)
+        return number
 
     def duration(self, value: Any, path: str, positive: bool = True) -> float | None:
         try:
@@ -267,7 +274,7 @@ class _Checker:
             self.fail(path, str(exc))
             return None
         if seconds is None:
-            self.fail(path, f"expected a duration string like '3m', got {value!r}")
+            self.fail(path, f"expected a duration string like '3m', got {shown(value)}")
             return None
         if positive and seconds <= 0:
             self.fail(path, "must be greater than zero")
@@ -328,8 +335,8 @@ def _hot_values(c: _Checker, value: Any) -> list[HotValueWindow]:
     for path, item in c.entries(value, "spec.hotValue", HOT_VALUE_FIELDS):
         time_range = c.duration(item.get("timeRange"), f"{path}.timeRange")
         count = item.get("count")
-        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
-            c.fail(f"{path}.count", f"expected a positive integer, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= MAX_COUNT:
+            c.fail(f"{path}.count", f"expected a positive integer (at most {MAX_COUNT}), got {shown(count)}")
             continue
         if time_range is not None:
             hot.append(HotValueWindow(time_range, count))
@@ -367,9 +374,14 @@ def _estimation(c: _Checker, value: Any) -> Estimation:
     ):
         if key in est:
             try:
-                kw[attr] = math.ceil(parse_quantity(est[key]) * scale)
-            except ValueError as exc:
-                c.fail(f"spec.estimation.{key}", str(exc))
+                amount = math.ceil(parse_quantity(est[key]) * scale)
+            except (ValueError, ArithmeticError) as exc:
+                c.fail(f"spec.estimation.{key}", str(exc)[:200])
+                continue
+            if not 0 <= amount <= MAX_QUANTITY:
+                c.fail(f"spec.estimation.{key}", f"{shown(est[key])} is out of range: must be in [0, 2^53)")
+            else:
+                kw[attr] = amount
     if "ttl" in est and (v := c.duration(est["ttl"], "spec.estimation.ttl")) is not None:
         kw["ttl"] = v
     if "tentativeTTL" in est and (v := c.duration(est["tentativeTTL"], "spec.estimation.tentativeTTL")):
@@ -381,9 +393,9 @@ def _metric_resources(c: _Checker, value: Any, periods: Mapping[str, float]) -> 
     resources: dict[str, str] = {}
     for metric, res in (c.mapping(value, "spec.metricResources") or {}).items():
         if res not in ("cpu", "memory"):
-            c.fail(f"spec.metricResources.{metric}", f"expected 'cpu' or 'memory', got {res!r}")
+            c.fail(f"spec.metricResources.{metric}", f"expected 'cpu' or 'memory', got {shown(res)}")
         elif metric not in periods:
-            c.fail(f"spec.metricResources.{metric}", f"metric {metric!r} has no syncPolicy entry")
+            c.fail(f"spec.metricResources.{metric}", f"metric {shown(metric)} has no syncPolicy entry")
         else:
             resources[metric] = res
     return resources
@@ -401,7 +413,7 @@ def _topology(c: _Checker, value: Any) -> TopologySettings:
     if "awareResources" in topo:
         res = topo["awareResources"]
         if not isinstance(res, list) or "cpu" not in res or not set(res) <= {"cpu", "memory"}:
-            c.fail("spec.topology.awareResources", f"expected [cpu] or [cpu, memory], got {res!r}")
+            c.fail("spec.topology.awareResources", f"expected [cpu] or [cpu, memory], got {shown(res)}")
         else:
             kw["memory_aware"] = "memory" in res
     if (
@@ -415,7 +427,7 @@ def _topology(c: _Checker, value: Any) -> TopologySettings:
 def _scoring(c: _Checker, value: Any) -> str:
     scoring = "relative" if value is None else value
     if scoring not in SCORINGS:
-        c.fail("spec.scoring", f"expected one of {', '.join(SCORINGS)}, got {scoring!r}")
+        c.fail("spec.scoring", f"expected one of {', '.join(SCORINGS)}, got {shown(scoring)}")
     return scoring
 
 
@@ -446,10 +458,10 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
         raise PolicyError(source, [("(document)", "expected a YAML mapping with apiVersion, kind and spec")])
     api_version = document.get("apiVersion")
     if api_version is not None and api_version != API_VERSION:
-        c.fail("apiVersion", f"expected {API_VERSION!r}, got {api_version!r}")
+        c.fail("apiVersion", f"expected {API_VERSION!r}, got {shown(api_version)}")
     kind = document.get("kind")
     if kind is not None and kind != KIND:
-        c.fail("kind", f"expected {KIND!r}, got {kind!r}")
+        c.fail("kind", f"expected {KIND!r}, got {shown(kind)}")
     c.unknown(document, {"apiVersion", "kind", "metadata", "spec"}, "(document)")
     spec = c.mapping(document.get("spec"), "spec")
     if spec is None:

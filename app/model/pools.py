@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.model.selector import LabelSelector, parse_selector
+from common.numbers import shown
 
 MODES = ("enforce", "shadow")
 """Values of ``spec.mode``; the first is the default."""
@@ -282,7 +283,7 @@ def parse_on_missing(c: Checker, item: Mapping[str, Any], path: str) -> str | No
         return None
     value = item["onMissing"]
     if value not in ON_MISSING:
-        c.fail(f"{path}.onMissing", f"expected one of {', '.join(ON_MISSING)}, got {value!r}")
+        c.fail(f"{path}.onMissing", f"expected one of {', '.join(ON_MISSING)}, got {shown(value)}")
         return None
     return value
 
@@ -332,7 +333,7 @@ def _weights(c: Checker, value: Any, section: str, periods: Mapping[str, float])
 def parse_mode(c: Checker, value: Any) -> str:
     mode = MODES[0] if value is None else value
     if mode not in MODES:
-        c.fail("spec.mode", f"expected one of {', '.join(MODES)}, got {mode!r}")
+        c.fail("spec.mode", f"expected one of {', '.join(MODES)}, got {shown(mode)}")
         return MODES[0]
     return mode
 
@@ -375,7 +376,7 @@ def parse_prod(c: Checker, value: Any, periods: Mapping[str, float]) -> ProdSett
     if isinstance(threshold, bool) or not isinstance(threshold, int) or not -(2**31) <= threshold < 2**31:
         c.fail(
             "spec.prod.priorityThreshold",
-            f"required: an integer pod priority (pods at or above it are prod), got {threshold!r}",
+            f"required: an integer pod priority (pods at or above it are prod), got {shown(threshold)}",
         )
         threshold = None
     predicates = parse_limits(c, prod.get("predicate"), "spec.prod.predicate", periods)

@@ -19,13 +19,13 @@ section stops the rebalancer (exit 2, or the last good policy kept on reload) an
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.model.policy import Policy, PolicyError
+from app.model.policy import MAX_COUNT, Policy, PolicyError
 from common.durations import parse_duration
+from common.numbers import finite, shown
 
 __all__ = ["Limits", "RebalanceSettings", "Threshold", "rebalance_settings"]
 
@@ -112,19 +112,23 @@ class _Problems(list):
     def ratio(self, value: Any, path: str) -> float | None:
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            self.fail(path, f"expected a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(path, f"expected a number, got {shown(value)}")
             return None
-        if not 0 < value <= 1:
-            self.fail(path, f"{value!r} is out of range: must be in (0, 1]")
+        number = finite(value)  # high: 10**400 is out of range, not an OverflowError
+        if number is None or not 0 < number <= 1:
+            self.fail(path, f"{shown(value)} is out of range: must be in (0, 1]")
             return None
-        return float(value)
+        return number
 
     def count(self, value: Any, path: str, default: int, minimum: int = 1) -> int:
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            self.fail(path, f"expected a whole number of at least {minimum}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+            self.fail(
+                path,
+                f"expected a whole number of at least {minimum} (at most {MAX_COUNT}), got {shown(value)}",
+            )
             return default
         return value
 
@@ -186,11 +190,11 @@ def _limits(p: _Problems, value: Any) -> Limits:
             p.fail(f"{path}.workloadWindow", str(exc))
         else:
             if window < 0:
-                p.fail(f"{path}.workloadWindow", f"expected a duration string like '5m', got {raw!r}")
+                p.fail(f"{path}.workloadWindow", f"expected a duration string like '5m', got {shown(raw)}")
                 window = d.workload_window
     rate = value.get("evictionsPerSecond", d.evictions_per_second)
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1000:
-        p.fail(f"{path}.evictionsPerSecond", f"expected a number in (0, 1000], got {rate!r}")
+        p.fail(f"{path}.evictionsPerSecond", f"expected a number in (0, 1000], got {shown(rate)}")
         rate = d.evictions_per_second
     return Limits(
         per_node=p.count(value.get("perNode"), f"{path}.perNode", d.per_node),
@@ -218,11 +222,11 @@ def rebalance_settings(policy: Policy) -> RebalanceSettings | None:
     normal = p.count(section.get("consecutiveNormal"), f"{_BASE}.consecutiveNormal", 3)
     excluded = section.get("excludedNamespaces", ["kube-system"])
     if not isinstance(excluded, list) or not all(isinstance(n, str) and n for n in excluded):
-        p.fail(f"{_BASE}.excludedNamespaces", f"expected a list of namespace names, got {excluded!r}")
+        p.fail(f"{_BASE}.excludedNamespaces", f"expected a list of namespace names, got {shown(excluded)}")
         excluded = ["kube-system"]
     local = section.get("evictLocalStorage", False)
     if not isinstance(local, bool):
-        p.fail(f"{_BASE}.evictLocalStorage", f"expected true or false, got {local!r}")
+        p.fail(f"{_BASE}.evictLocalStorage", f"expected true or false, got {shown(local)}")
         local = False
     limits = _limits(p, section.get("limits"))
     if p:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from common.numbers import shown
+
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
@@ -63,7 +65,7 @@ def parse_selector(value: Any, path: str) -> tuple[LabelSelector | None, list[tu
         labels = {}
     for k, v in labels.items():
         if not isinstance(k, str) or not k or not isinstance(v, str):
-            problems.append((f"{path}.matchLabels.{k}", f"expected a string label value, got {v!r}"))
+            problems.append((f"{path}.matchLabels.{k}", f"expected a string label value, got {shown(v)}"))
             continue
         reqs.append(Requirement(k, "In", frozenset((v,))))
     exprs = value.get("matchExpressions") or []
@@ -83,7 +85,7 @@ def parse_selector(value: Any, path: str) -> tuple[LabelSelector | None, list[tu
             problems.append((f"{epath}.key", "required: a label key"))
             continue
         if op not in OPERATORS:
-            problems.append((f"{epath}.operator", f"expected one of {', '.join(OPERATORS)}, got {op!r}"))
+            problems.append((f"{epath}.operator", f"expected one of {', '.join(OPERATORS)}, got {shown(op)}"))
             continue
         if op in ("In", "NotIn"):
             if not isinstance(values, list) or not values or not all(isinstance(x, str) for x in values):

@@ -14,11 +14,11 @@ worse than the limits it meant to change.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 
 from app.model.policy import Policy
 from app.model.pools import NodeLimits, pool_for
+from common.numbers import finite, shown
 
 THRESHOLDS_ANNOTATION = "ballast.io/load-thresholds"
 _MAX_TEXT = 4096
@@ -34,19 +34,20 @@ def parse_thresholds(text: object, metrics: Mapping[str, float]) -> tuple[dict[s
         return {}, f"longer than {_MAX_TEXT} characters"
     try:
         value = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return {}, f"not JSON: {exc}"
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, or an int of over 4300 digits
+        return {}, f"not JSON: {str(exc)[:200]}"
     if not isinstance(value, dict):
         return {}, f"expected a JSON object of metric name to limit, got {type(value).__name__}"
     out: dict[str, float] = {}
     for metric, limit in value.items():
         if metric not in metrics:
-            return {}, f"unknown metric {metric!r} (the policy syncs {', '.join(metrics) or 'none'})"
-        if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
-            return {}, f"{metric}: expected a number in [0, 1], got {limit!r}"
-        if not 0 <= limit <= 1:
-            return {}, f"{metric}: {limit!r} is out of range: must be in [0, 1]"
-        out[metric] = float(limit)
+            return {}, f"unknown metric {shown(metric)} (the policy syncs {', '.join(metrics) or 'none'})"
+        number = finite(limit)  # an integer of 310 digits is no float: never math.isfinite(int)
+        if number is None:
+            return {}, f"{metric}: expected a number in [0, 1], got {shown(limit)}"
+        if not 0 <= number <= 1:
+            return {}, f"{metric}: {shown(limit)} is out of range: must be in [0, 1]"
+        out[metric] = number
     return out, None
 
 

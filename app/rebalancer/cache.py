@@ -5,25 +5,66 @@ changes; a cycle reads this memory and makes no list call, so its cost does not 
 server, and the API server does not see a list of 100 000 pods per cycle. Each object is parsed when it
 arrives (``fit.node_facts``, ``pods.pod_facts``), never per cycle. Handlers run on the watch threads;
 readers take a copy under the lock.
+
+Memory: the reflector hands a list over page by page (``common.kube.Reflector``), and these handlers keep
+of each object only what a cycle needs: for a node the fields ``node_facts`` reads (to read it again when
+the policy changes), for a pod its ``PodFacts``. A relist builds the new maps beside the old ones, and a
+pod whose facts did not change keeps its old record, so a relist of unchanged pods costs one page of
+objects and the new maps' slots, not a second copy of every pod.
+
+Every object is read on its own: one that cannot be read is logged and counted (``unreadable``), and the
+rest of the list or the watch goes on (``node_facts`` and ``pod_facts`` never raise; the guard here is for
+what even they cannot take, such as an object that is not a mapping).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from app.model.policy import Policy
 from app.rebalancer.fit import NodeFacts, node_facts
 from app.rebalancer.pods import PodFacts, pod_facts, reestimate
 
-__all__ = ["NodeCache", "PodCache"]
+__all__ = ["NodeCache", "PodCache", "slim_node"]
+
+log = logging.getLogger("ballast.rebalancer.cache")
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a Node that ``node_facts`` reads; the rest (images, conditions, managedFields: most
+    of a Node's bytes) is dropped when it arrives."""
+    meta = _mapping(node.get("metadata"))
+    spec = _mapping(node.get("spec"))
+    status = _mapping(node.get("status"))
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": _mapping(meta.get("annotations")),
+            "labels": _mapping(meta.get("labels")),
+        },
+        "spec": {"taints": spec.get("taints"), "unschedulable": spec.get("unschedulable")},
+        "status": {"allocatable": _mapping(status.get("allocatable"))},
+    }
+
+
+def _name_of(obj: Any) -> str | None:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) and name else None
 
 
 class NodeCache:
-    """Nodes as ``NodeFacts``; the raw objects are kept (a few KB each) to re-read them when the policy
-    changes its metrics."""
+    """Nodes as ``NodeFacts``, with the slim objects kept (``slim_node``) to read them again when the
+    policy changes its metrics."""
 
     def __init__(self, policy: Callable[[], Policy], clock: Callable[[], float] = time.time) -> None:
         self._policy = policy
@@ -31,24 +72,43 @@ class NodeCache:
         self._lock = threading.Lock()
         self._raw: dict[str, dict[str, Any]] = {}
         self._facts: dict[str, NodeFacts] = {}
+        self.unreadable = 0
+        """Objects left out because they could not be read at all (logged)."""
 
-    def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
+    def _read(self, obj: Any, policy: Policy, now: float) -> tuple[str, dict[str, Any], NodeFacts] | None:
+        try:
+            name = _name_of(obj)
+            if name is None:
+                raise ValueError("no metadata.name")
+            slim = slim_node(obj)
+            return name, slim, node_facts(slim, policy, now)
+        except Exception as exc:
+            self.unreadable += 1
+            log.warning("node %r cannot be read (%s); left out", _name_of(obj), exc)
+            return None
+
+    def replace(self, objects: Iterable[dict[str, Any]], resource_version: str) -> None:
         policy, now = self._policy(), self._clock()
-        raw = {o["metadata"]["name"]: o for o in objects}
-        facts = {name: node_facts(o, policy, now) for name, o in raw.items()}
+        raw: dict[str, dict[str, Any]] = {}
+        facts: dict[str, NodeFacts] = {}
+        for obj in objects:
+            if (read := self._read(obj, policy, now)) is not None:
+                name, raw[name], facts[name] = read
         with self._lock:
             self._raw, self._facts = raw, facts
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
         if event_type == "DELETED":
+            name = _name_of(obj)
             with self._lock:
-                self._raw.pop(name, None)
-                self._facts.pop(name, None)
+                self._raw.pop(name or "", None)
+                self._facts.pop(name or "", None)
             return
-        facts = node_facts(obj, self._policy(), self._clock())
+        if (read := self._read(obj, self._policy(), self._clock())) is None:
+            return
+        name, slim, facts = read
         with self._lock:
-            self._raw[name] = obj
+            self._raw[name] = slim
             self._facts[name] = facts
 
     def reparse(self) -> None:
@@ -73,6 +133,8 @@ class PodCache:
         self._lock = threading.Lock()
         self._by_uid: dict[str, PodFacts] = {}
         self._by_node: dict[str, dict[str, PodFacts]] = {}
+        self.unreadable = 0
+        """Objects left out because they could not be read at all (logged)."""
 
     def _add(self, facts: PodFacts) -> None:
         old = self._by_uid.get(facts.uid)
@@ -90,17 +152,37 @@ class PodCache:
                 if not on:
                     del self._by_node[old.node]
 
-    def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
-        est = self._policy().estimation
-        facts = [pod_facts(o, est) for o in objects]
+    def _read(self, obj: Any, policy: Policy) -> PodFacts | None:
+        try:
+            if not isinstance(obj, Mapping):
+                raise ValueError(f"expected an object, got {type(obj).__name__}")
+            return pod_facts(obj, policy.estimation)
+        except Exception as exc:
+            self.unreadable += 1
+            log.warning("a pod cannot be read (%s); left out", exc)
+            return None
+
+    def replace(self, objects: Iterable[dict[str, Any]], resource_version: str) -> None:
+        policy = self._policy()
+        old = self._by_uid
+        by_uid: dict[str, PodFacts] = {}
+        by_node: dict[str, dict[str, PodFacts]] = {}
+        for obj in objects:
+            facts = self._read(obj, policy)
+            if facts is None or not facts.uid or not facts.node:
+                continue
+            same = old.get(facts.uid)
+            if same is not None and same == facts:
+                facts = same  # one record per pod across relists: the new one is dropped at once
+            by_uid[facts.uid] = facts
+            by_node.setdefault(facts.node, {})[facts.uid] = facts
         with self._lock:
-            self._by_uid, self._by_node = {}, {}
-            for f in facts:
-                if f.node:
-                    self._add(f)
+            self._by_uid, self._by_node = by_uid, by_node
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
-        facts = pod_facts(obj, self._policy().estimation)
+        facts = self._read(obj, self._policy())
+        if facts is None or not facts.uid:
+            return
         with self._lock:
             if event_type == "DELETED" or not facts.node:
                 self._drop(facts.uid)

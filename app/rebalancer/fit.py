@@ -56,7 +56,16 @@ class NodeFacts:
 
 
 def node_facts(node: Mapping[str, Any], policy: Policy, now: float) -> NodeFacts:
-    """Read one Node (as the API server sends it); never raises."""
+    """Read one Node (as the API server sends it); never raises. A node whose labels, taints or
+    allocatable cannot be read is kept as cordoned (never a target) with its load as ``parse_node``
+    reads it: one node's content never stops the watch."""
+    try:
+        return _node_facts(node, policy, now)
+    except Exception:
+        return NodeFacts(parse_node(node, policy, now), {}, (), True, None)
+
+
+def _node_facts(node: Mapping[str, Any], policy: Policy, now: float) -> NodeFacts:
     meta = node.get("metadata") if isinstance(node.get("metadata"), Mapping) else {}
     spec = node.get("spec") if isinstance(node.get("spec"), Mapping) else {}
     status = node.get("status") if isinstance(node.get("status"), Mapping) else {}

@@ -8,9 +8,11 @@ never evicted (``skip`` says why), since its estimate would be a guess.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from app.model.bad_request import BadRequest
@@ -180,14 +182,66 @@ def reestimate(facts: PodFacts, est: Estimation) -> PodFacts:
     return replace(facts, cpu_milli=cpu, memory_bytes=mem)
 
 
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_SHARED: dict[Any, Any] = {}
+_SHARED_CAP = 65_536
+"""Distinct toleration tuples and node selectors kept for sharing; past this the table starts again."""
+
+
+def _shared(value: Any, key: Any = None) -> Any:
+    """One instance of each repeated value (stored under ``key``, by default the value itself): 100 000
+    pods carry a handful of distinct toleration lists (mostly the two the API server adds to every pod)
+    and node selectors, and one copy each is enough."""
+    key = value if key is None else key
+    if len(_SHARED) >= _SHARED_CAP:
+        _SHARED.clear()
+    return _SHARED.setdefault(key, value)
+
+
+def _selector_view(pairs: tuple[tuple[str, str], ...]) -> Mapping[str, str]:
+    """The node selector as a read-only mapping, one per distinct selector."""
+    if not pairs:
+        return _EMPTY
+    view = _SHARED.get(("nodeSelector", pairs))
+    return view if view is not None else _shared(MappingProxyType(dict(pairs)), ("nodeSelector", pairs))
+
+
+def _name(value: Any) -> str:
+    """A string read from the pod, interned: namespaces, node and owner names, kinds and QoS classes repeat
+    across pods, and the cache keeps one copy of each."""
+    return sys.intern(value) if isinstance(value, str) else sys.intern(str(value or ""))
+
+
 def pod_facts(pod: Mapping[str, Any], est: Estimation) -> PodFacts:
-    """Read one pod (as the API server sends it). Never raises."""
+    """Read one pod (as the API server sends it). Never raises: a pod that cannot be read (a case none of
+    the readers foresaw) is kept with no requests and ``skip`` saying why, so it is never a victim and one
+    pod never stops the watch that brought it."""
+    try:
+        return _pod_facts(pod, est)
+    except Exception as exc:
+        meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+        meta = meta if isinstance(meta, Mapping) else {}
+        spec = pod.get("spec") if isinstance(pod, Mapping) else None
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        uid, namespace, name = (meta.get(k) for k in ("uid", "namespace", "name"))
+        text = lambda v: v if isinstance(v, str) else ""  # noqa: E731
+        return PodFacts(
+            uid=text(uid), namespace=_name(text(namespace)), name=text(name), node=_name(text(node)),
+            owner_kind="", owner_name="", workload="", priority=0, qos="BestEffort", created=0.0,
+            placed=0.0, cpu_milli=0, memory_bytes=0, cpu_request_milli=0, memory_request_bytes=0,
+            cpu_limit_milli=0, memory_limit_bytes=0, node_selector=_EMPTY, affinity_terms=None,
+            tolerations=(), terminating=False, local_storage=False, active=True,
+            skip=" ".join(f"cannot be read: {type(exc).__name__}: {str(exc)[:160]}".split()),
+        )  # fmt: skip
+
+
+def _pod_facts(pod: Mapping[str, Any], est: Estimation) -> PodFacts:
     meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
     spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
     status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
-    namespace = str(meta.get("namespace") or "")
+    namespace = _name(meta.get("namespace"))
     kind, owner = _controller(meta)
     problem = None
     try:
@@ -214,16 +268,19 @@ def pod_facts(pod: Mapping[str, Any], est: Estimation) -> PodFacts:
         daemonset=info.daemonset if info is not None else False,
     )
     selector = spec.get("nodeSelector")
+    selector = (
+        tuple(sorted((str(k), str(v)) for k, v in selector.items())) if isinstance(selector, Mapping) else ()
+    )
     return PodFacts(
         uid=str(meta.get("uid") or ""),
         namespace=namespace,
         name=str(meta.get("name") or ""),
-        node=str(spec.get("nodeName") or ""),
-        owner_kind=kind,
-        owner_name=owner,
-        workload=_workload(namespace, kind, owner, labels),
+        node=_name(spec.get("nodeName")),
+        owner_kind=_name(kind),
+        owner_name=_name(owner),
+        workload=_name(_workload(namespace, kind, owner, labels)),
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-        qos=str(qos),
+        qos=_name(qos),
         created=created,
         placed=placed or created,
         cpu_milli=cpu,
@@ -232,9 +289,9 @@ def pod_facts(pod: Mapping[str, Any], est: Estimation) -> PodFacts:
         memory_request_bytes=info.memory_request_bytes if info is not None else 0,
         cpu_limit_milli=info.cpu_limit_milli if info is not None else 0,
         memory_limit_bytes=info.memory_limit_bytes if info is not None else 0,
-        node_selector={str(k): str(v) for k, v in selector.items()} if isinstance(selector, Mapping) else {},
-        affinity_terms=_affinity(spec),
-        tolerations=_tolerations(spec),
+        node_selector=_selector_view(selector),
+        affinity_terms=_shared(_affinity(spec)),
+        tolerations=_shared(_tolerations(spec)),
         terminating=terminating,
         local_storage=_local_storage(spec),
         active=active,

@@ -6,6 +6,10 @@ Pure: the plan with ``NodeLoadCache`` filled from NodeLoad objects as the agent 
 
 from __future__ import annotations
 
+import io
+import json
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +22,13 @@ from app.rebalancer.limits import Limiter
 from app.rebalancer.nodeloads import NodeLoadCache
 from app.rebalancer.plan import SKIPPED, WAITING, plan_cycle
 from app.rebalancer.policy_check import policy_warnings
+from app.rebalancer.run import run as run_rebalancer
 from app.rebalancer.victims import ESTIMATED, MEASURED
 from common.nodeload import NodeLoadStatus, PodUsage, new_object, render_status
+from tests.fakekube import FakeKube
 from tests.rebalancer.helpers import BASE, NOW, facts, node, pfacts, pod, stamp
 from tests.rebalancer.helpers import policy as base_policy
+from tests.rebalancer.test_run import parse, policy_file, seed
 
 INTERVAL = 60.0
 WIDE = [{"name": "cpu_usage_avg_5m", "maxLimitPecent": 0.90}]
@@ -40,9 +47,14 @@ def policy(predicate: list[dict[str, Any]] | None = None, **rebalance: Any):
         BASE["spec"]["predicate"] = saved
 
 
-def nodeload(name: str, usages: dict[str, float], *, at: float = NOW - 20) -> dict[str, Any]:
-    """A NodeLoad as the agent writes it: ``usages`` is pod name -> cores (uid ``uid-NAME``)."""
-    pods = tuple(PodUsage("default", n, f"uid-{n}", cores, 100 * 2**20) for n, cores in usages.items())
+def nodeload(
+    name: str, usages: dict[str, float], *, at: float = NOW - 20, uids: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A NodeLoad as the agent writes it: ``usages`` is pod name -> cores (uid ``uid-NAME`` unless given)."""
+    uids = uids or {}
+    pods = tuple(
+        PodUsage("default", n, uids.get(n, f"uid-{n}"), cores, 100 * 2**20) for n, cores in usages.items()
+    )
     obj = new_object(name, None)
     obj["status"] = render_status(NodeLoadStatus(at, 300.0, sum(usages.values()), 2**30, pods))
     return obj
@@ -264,3 +276,33 @@ def _without_rebalance() -> str:
     doc = yaml.safe_load(yaml.safe_dump(BASE))
     del doc["spec"]["rebalance"]
     return yaml.safe_dump(doc)
+
+
+def test_once_dry_run_json_says_which_usage_each_victim_was_counted_at(
+    fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """``--once --dry-run --json`` against the fake API server with a fresh NodeLoad that lists one of the
+    hot node's two pods: that one is ``measured`` (0.1 CPU), the other ``estimated`` (0.425 CPU, so it is
+    the heavier and goes first); the Events say the same."""
+    seed(fake_kube)
+    rt = fake_kube.register_custom_resource(
+        "ballast.io", "v1alpha1", "nodeloads", "NodeLoad", status_subresource=True
+    )
+    uid = fake_kube.get("pods", "web-0", namespace="default")["metadata"]["uid"]
+    loaded = nodeload("hot", {"web-0": 0.1}, at=time.time() - 5, uids={"web-0": uid})
+    fake_kube.add(loaded, resource=rt)
+    out = io.StringIO()
+    path = policy_file(tmp_path, consecutiveAbnormal=1)
+    args = parse("--policy", str(path), "--kubeconfig", str(kubeconfig), "--once", "--dry-run", "--json")
+    assert run_rebalancer(args, out=out) == 0
+    view = json.loads(out.getvalue())
+    assert view["watched"]["nodeLoads"] == 1
+    evictions = view["lastCycle"]["evictions"]
+    assert [(e["pod"], e["usage"]["source"]) for e in evictions] == [
+        ("default/web-1", "estimated"),
+        ("default/web-0", "measured"),
+    ]
+    assert evictions[1]["usage"]["cpuMilli"] == 100
+    messages = sorted(e["message"] for e in fake_kube.list("events"))
+    assert "usage estimated (cpu 425m" in messages[0] + messages[1]
+    assert "usage measured (cpu 100m" in messages[0] + messages[1]

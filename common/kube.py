@@ -101,6 +101,13 @@ def load_api_client(kubeconfig: str | None = None, user_agent: str | None = None
     return api_client
 
 
+def connect(kubeconfig: str | None, user_agent: str, timeout: float = 10.0) -> Kube:
+    """A program's API access, set up one way: the client ``load_api_client`` builds (it raises
+    ``KubeConfigError``, which every program turns into exit status 2), named ``user_agent`` in the API's
+    audit log, each call bounded by ``timeout`` (``--api-timeout``). ``Kube.close`` releases it."""
+    return Kube(load_api_client(kubeconfig, user_agent=user_agent), timeout=timeout)
+
+
 def _api_error(status: int, reason: str, data: bytes | None, headers: Any = None) -> ApiError:
     body: dict[str, Any] = {}
     if data:
@@ -132,6 +139,11 @@ class Kube:
         self.transport = transport
         """When set, ``request`` goes through it instead of the official client (watches never do)."""
         self._local = threading.local()
+
+    def close(self) -> None:
+        """Release the client's connection pool (at exit; a failure to close changes nothing)."""
+        with contextlib.suppress(Exception):
+            self.api_client.close()
 
     def lean(self) -> Kube:
         """This client with its requests over the lean transport (``common.kube_lean``), for the calls on

@@ -40,7 +40,7 @@ from app.model.annotations import HOT_VALUE_KEY
 from app.model.policy import Policy, PolicyError, load_policy
 from app.model.policy_store import PolicyStore
 from common.health import HealthServer
-from common.kube import Kube, KubeConfigError, Reflector, load_api_client
+from common.kube import Kube, KubeConfigError, Reflector, connect
 from common.leader import (
     DEFAULT_NAMESPACE,
     default_identity,
@@ -114,22 +114,19 @@ def run(args: argparse.Namespace, *, stop: threading.Event | None = None) -> int
     if problem is not None:
         log.error("%s", problem)
         return 2
+    identity = args.identity or default_identity()
     try:
-        api_client = load_api_client(args.kubeconfig)
+        # The identity in the User-Agent lets API audit logs (and tests) tell the replicas apart.
+        kube = connect(args.kubeconfig, f"ballast-annotator/{__version__} ({identity})", args.api_timeout)
     except KubeConfigError as exc:
         log.error("%s", exc)
         return 2
-    identity = args.identity or default_identity()
-    # The identity in the User-Agent lets API audit logs (and tests) tell the replicas apart.
-    api_client.user_agent = f"ballast-annotator/{__version__} ({identity})"
-    kube = Kube(api_client, timeout=args.api_timeout)
     try:
         if args.once:
             return asyncio.run(_once(args, policy, config, kube, identity))
         return asyncio.run(_serve(args, policy, config, kube, identity, stop or threading.Event()))
     finally:
-        with contextlib.suppress(Exception):
-            api_client.close()
+        kube.close()
 
 
 def _unusable(policy: Policy) -> str | None:

@@ -151,7 +151,7 @@ def run_extender(args: argparse.Namespace) -> int:
 
     from app.extender.connections import bounded_protocol
     from app.extender.main import create_app
-    from common.kube import Kube, KubeConfigError, cluster_configured, load_api_client
+    from common.kube import KubeConfigError, cluster_configured, connect
 
     try:
         policy = load_policy(args.policy)
@@ -166,8 +166,7 @@ def run_extender(args: argparse.Namespace) -> int:
     kube = None
     if cluster_configured(args.kubeconfig):
         try:
-            api_client = load_api_client(args.kubeconfig, user_agent=f"ballast-extender/{__version__}")
-            kube = Kube(api_client, timeout=args.api_timeout)
+            kube = connect(args.kubeconfig, f"ballast-extender/{__version__}", args.api_timeout)
         except KubeConfigError as exc:
             log.error("%s", exc)
             return 2

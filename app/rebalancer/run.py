@@ -55,7 +55,7 @@ from app.rebalancer.plan import LIMITED, NO_FIT, Plan, plan_cycle
 from app.rebalancer.policy_check import policy_warnings
 from app.rebalancer.promises import SETTLE, Promise, from_events
 from common.health import HealthServer
-from common.kube import ApiError, Kube, KubeConfigError, Reflector, load_api_client
+from common.kube import ApiError, Kube, KubeConfigError, Reflector, connect
 from common.leader import default_identity, elector_from_args, leader_flags_problem
 from common.nodeload import NODELOAD_PATH
 
@@ -328,21 +328,18 @@ def run(args: argparse.Namespace, *, stop: threading.Event | None = None, out: T
     if args.json and not args.once:
         log.error("--json prints the cycle of --once; the running service shows it on /rebalance")
         return 2
+    identity = args.identity or default_identity()
     try:
-        api_client = load_api_client(args.kubeconfig)
+        kube = connect(args.kubeconfig, f"ballast-rebalancer/{__version__} ({identity})", args.api_timeout)
     except KubeConfigError as exc:
         log.error("%s", exc)
         return 2
-    identity = args.identity or default_identity()
-    api_client.user_agent = f"ballast-rebalancer/{__version__} ({identity})"
-    kube = Kube(api_client, timeout=args.api_timeout)
     try:
         if args.once:
             return _once(args, policy, kube, identity, out or sys.stdout)
         return _serve(args, policy, kube, identity, stop or threading.Event())
     finally:
-        with contextlib.suppress(Exception):
-            api_client.close()
+        kube.close()
 
 
 def _evictor(args: argparse.Namespace, kube: Kube, identity: str, metrics: RebalancerMetrics) -> Evictor:

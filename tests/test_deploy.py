@@ -1070,12 +1070,13 @@ def test_every_ballast_flag_in_the_operator_guide_exists() -> None:
     for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", text):
         known = _flags("extender") | _flags("annotator") | _flags("rebalancer") | _flags("agent") | KUBE_FLAGS
         assert flag in known, (
-            f"{flag} is not a flag of ballast, kubectl or kube-scheduler that the guide uses"
+            f"{flag} is not a flag of ballast, kubectl, kube-scheduler or kube-apiserver that the guide uses"
         )
 
 
 KUBE_FLAGS = {
     "--config",  # kube-scheduler
+    "--event-ttl",  # kube-apiserver (how long Events live)
     "--load-restrictor",
     "--show-labels",
 }

@@ -433,3 +433,58 @@ def test_an_unknown_outcome_stays_counted_while_the_pod_is_terminating() -> None
     nodes.replace([node("hot", 0.99, at=clock[0] - 1), node("cool", 0.10, at=clock[0] - 1)], "2")
     later = r.cycle()
     assert later is not None and later.evictions == [] and kube.evictions() == []
+
+
+def predecessor_event(uid: str, reason: str, age: float, server_now: float) -> dict[str, Any]:
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(server_now - age))
+    record = {"node": "hot", "workload": "default/ReplicaSet/o0", "at": NOW - age, "dryRun": False}
+    return {
+        "metadata": {
+            "creationTimestamp": created,
+            "annotations": {"ballast.io/rebalance": json.dumps(record)},
+        },
+        "involvedObject": {"kind": "Pod", "uid": uid, "namespace": "default", "name": "gone"},
+        "reason": reason,
+        "source": {"component": "ballast-rebalancer"},
+    }
+
+
+def test_a_new_leader_keeps_the_pace_window_and_node_wait_of_its_predecessor() -> None:
+    server_now = 1_700_000_000.0  # the API server's clock, unrelated to this replica's
+    kube = Calls()
+    r, _ = rebalancer(kube, perWorkload=1, workloadWindow="10m", evictionsPerSecond=0.1)
+    # the previous leader evicted a pod of workload o0 from "hot" 3 s ago, on its clock NOW - 3
+    r.events = lambda: ([predecessor_event("uid-gone", "Rebalanced", 3, server_now)], server_now)
+    slept: list[float] = []
+    r.sleep = slept.append
+    plan = r.cycle()
+    # the node waits for a measurement newer than the predecessor's eviction (node "hot" measured at NOW - 30)
+    assert plan is not None and plan.evictions == [] and kube.evictions() == []
+    assert "waiting for a measurement newer" in plan.nodes[0].status
+    # a newer measurement: o0 is still inside its window; the others go, no sooner than the pace allows
+    r.nodes.replace([node("hot", 0.99, at=NOW + 1), node("cool", 0.10)], "2")
+    plan = r.cycle()
+    assert plan is not None and {c.pod.workload for c in plan.evictions} == {
+        "default/ReplicaSet/o1",
+        "default/ReplicaSet/o2",
+    }
+    assert any(
+        c.outcome == "limited" and c.pod.workload == "default/ReplicaSet/o0" for c in plan.nodes[0].candidates
+    )
+    # 10 s between calls: the first waited what was left after the predecessor's (at least 10 - 3 - 1 s)
+    assert slept and slept[0] >= 5.9
+
+
+def test_a_new_leader_that_cannot_read_the_events_does_not_act() -> None:
+    kube = Calls()
+    r, _ = rebalancer(kube)
+
+    def unreadable() -> tuple[list[Any], float]:
+        raise ApiError(403, "Forbidden", "cannot list events")
+
+    r.events = unreadable
+    assert r.cycle() is None and kube.created == []
+    assert "previous leader's promises" in r.last_note
+    r.events = lambda: ([], NOW)
+    plan = r.cycle()
+    assert plan is not None and len(kube.evictions()) == 2

@@ -14,7 +14,8 @@ wait (``app.rebalancer.promises`` says until when).
 
 Every eviction call is remembered by an Event on its pod, written *before* the call (reason
 ``RebalanceEvicting``) and changed to the outcome after it (``Rebalanced``, ``RebalanceUnknown``,
-``RebalanceBlocked``, ``RebalanceThrottled``, ``RebalanceFailed``). Its annotation ``ballast.io/rebalance``
+``RebalanceBlocked``, ``RebalanceThrottled``, ``RebalanceFailed``, or ``RebalanceCancelled`` when
+leadership ended between the Event and the call). Its annotation ``ballast.io/rebalance``
 holds the node, the workload and the evicting replica's clock: a new leader rebuilds its predecessor's
 promises from these Events (``app.rebalancer.promises``), and an Event still saying ``RebalanceEvicting``
 (its writer died during the call) counts like an unknown outcome. An Event that cannot be written is
@@ -55,6 +56,7 @@ COMPONENT = "ballast-rebalancer"
 ANNOTATION = "ballast.io/rebalance"
 """On the Events this component writes: ``{"node", "workload", "at", "dryRun"}`` (JSON)."""
 INTENT, DONE, UNKNOWN_REASON, DRY = "RebalanceEvicting", "Rebalanced", "RebalanceUnknown", "RebalanceDryRun"
+CANCELLED = "RebalanceCancelled"
 DEFAULT_RETRY_AFTER = 1.0
 MAX_RETRY_AFTER = 600.0
 
@@ -125,19 +127,30 @@ class Evictor:
         self.on_call = on_call or (lambda call, code: None)
         self.clock = clock
 
-    def evict(self, choice: Choice, confirm: Callable[[], bool] = lambda: True) -> Evicted:
-        """Evict (or, dry, pretend to) and leave the Event. ``confirm`` runs immediately before the call
-        (after the Event that remembers it): when it says no, no call is made (``not attempted``).
-        The result is ``evicted`` (dry runs too: the metric's ``dry_run`` label tells them apart),
-        ``pdb_blocked``, ``throttled``, ``unknown``, ``error`` or ``not attempted``."""
+    def evict(
+        self,
+        choice: Choice,
+        confirm: Callable[[], bool] = lambda: True,
+        still: Callable[[], bool] = lambda: True,
+    ) -> Evicted:
+        """Evict (or, dry, pretend to) and leave the Event. ``confirm`` (the Lease read back) runs before
+        the Event that remembers the call, ``still`` (local: not stopping, renew deadline not passed) after
+        it, immediately before the call: when either says no, no call is made (``not attempted``; an
+        Event already written says ``RebalanceCancelled``). The result is ``evicted`` (dry runs too: the
+        metric's ``dry_run`` label tells them apart), ``pdb_blocked``, ``throttled``, ``unknown``,
+        ``error`` or ``not attempted``."""
         pod = choice.pod
         if self.dry_run:
             self.event(choice, DRY, f"dry run, would evict: {choice.message}", "Normal")
             return Evicted(EVICTED)
+        if not confirm():
+            return Evicted(NOT_ATTEMPTED)
         intent = self.event(
             choice, INTENT, f"evicting (outcome not recorded yet): {choice.message}", "Normal"
         )
-        if not confirm():
+        if not still():
+            self.outcome(intent, choice, CANCELLED, "Normal",
+                         f"not evicted: leadership ended before the call: {choice.message}")  # fmt: skip
             return Evicted(NOT_ATTEMPTED)
         body = {
             "apiVersion": "policy/v1",

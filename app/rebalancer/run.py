@@ -257,7 +257,7 @@ class Rebalancer:
             if not self.may_act():
                 skip_rest(i, "no longer the leader")
                 return "lost the lease (or stepping down) during the cycle"
-            out = self.evictor.evict(choice, confirm=self.confirm)
+            out = self.evictor.evict(choice, confirm=self.confirm, still=self.may_act)
             if not dry:
                 self._next_call = max(self._next_call, time.monotonic() + pace)
             choice.result = out.result

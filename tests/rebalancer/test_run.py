@@ -488,3 +488,22 @@ def test_a_new_leader_that_cannot_read_the_events_does_not_act() -> None:
     r.events = lambda: ([], NOW)
     plan = r.cycle()
     assert plan is not None and len(kube.evictions()) == 2
+
+
+def test_no_eviction_call_without_leadership_confirmed_right_before_it() -> None:
+    # the Lease read back says no: nothing is written, nothing is called
+    kube = Calls()
+    r, _ = rebalancer(kube)
+    r.confirm = lambda: False
+    plan = r.cycle()
+    assert plan is not None and all(c.result.startswith("not attempted") for c in plan.evictions)
+    assert kube.created == [] and "leadership not confirmed" in r.last_note
+    # the read-back says yes, but the renew deadline passes while the Event is written: the call is not made
+    kube = Calls()
+    r, _ = rebalancer(kube)
+    answers = iter([True, False])  # the check after the pace sleep, then the one right before the call
+    r.may_act = lambda: next(answers)
+    r.confirm = lambda: True
+    r.cycle()
+    assert kube.evictions() == []
+    assert [e["reason"] for e in kube.events()] == ["RebalanceCancelled"]

@@ -5,7 +5,9 @@
   rule: no comparison of wall clocks across machines).
 - Every write is an update with the Lease's ``resourceVersion`` (optimistic concurrency): of two
   candidates racing for the same record, the API server lets exactly one through (409 for the other).
-- The leader renews every ``retry_period``. It may act (write annotations, evict) only until
+- The leader renews every ``retry_period``, from its cached Lease; a renewal that conflicts (409: someone
+  else wrote the Lease) reads it at once, so a Lease taken by another write ends leadership at that
+  attempt, not at the next one. It may act (write annotations, evict) only until
   ``renew_deadline`` after it *sent* its last successful renewal, which is shorter than the lease
   duration others wait, so two replicas never write at the same time even when the leader stalls.
 - ``release()`` (on SIGTERM) first stops writing, then hands the Lease back (empty holder, duration 1s)
@@ -178,7 +180,7 @@ class LeaderElector:
                 self._valid_until = sent + self.renew_deadline
             return ok
 
-    def _attempt(self) -> bool:
+    def _attempt(self, again: bool = True) -> bool:
         now = self.clock()
         lease = self._lease if self._holding_cached() else None
         if lease is None:
@@ -211,9 +213,11 @@ class LeaderElector:
         try:
             updated = self.kube.replace(self.path, body)
         except ApiError as exc:
-            self._lease = None  # stale or raced: read it again next time
+            self._lease = None  # stale or raced: read it again
             if exc.code == 409:
-                return False
+                # Someone else wrote the Lease since this replica's last write. Read it now rather than
+                # at the next retry: a Lease taken by another write ends leadership at this attempt.
+                return self._attempt(again=False) if again and mine else False
             raise
         self._observe(updated)
         if not mine:

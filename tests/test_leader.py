@@ -219,3 +219,20 @@ def test_a_term_starts_only_when_the_lease_changes_hands(fake_kube: FakeKube, ku
     assert b.try_acquire_or_renew() and b.term == 1
     assert b.release()
     assert a.try_acquire_or_renew() and a.term == 2
+
+
+def test_a_renewal_that_finds_the_lease_taken_ends_leadership_at_that_attempt(
+    fake_kube: FakeKube, kube: Kube
+) -> None:
+    clock = Clock()
+    a = elector(kube, "a", clock)
+    assert a.try_acquire_or_renew()
+    lease = fake_kube.get("leases", "ballast-annotator", namespace=NS)
+    assert lease is not None
+    lease["spec"]["holderIdentity"] = "thief"
+    fake_kube.update(lease)
+    clock.t += 2
+    # the renewal from the cached Lease conflicts (409); the Lease is read at once, not at the next retry
+    assert not a.try_acquire_or_renew()
+    assert not a.is_leader()
+    assert spec(fake_kube)["holderIdentity"] == "thief"

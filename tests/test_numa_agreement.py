@@ -278,3 +278,30 @@ def test_extender_and_agent_agree_on_pods_without_a_trusted_result() -> None:
     cache.topologies[N1] = parse_nrt(nrt)
     cache.usage.clear()
     assert sum(cache.zone_usage(N1).cpu_milli.values()) == 0
+
+
+def test_a_listed_pod_counts_only_while_bound_there_or_briefly_unseen() -> None:
+    """What the agent's NRT lists counts only for pods the pod watch shows bound to that node; one it has
+    not seen counts for ``HELD_GRACE_SECONDS`` (a lagging watch), then not; one seen to go, never."""
+    from app.extender.cache import HELD_GRACE_SECONDS, ClusterCache, PodRecord
+    from app.model.policy import load_policy
+    from app.model.policy_store import PolicyStore
+    from common.topology_annotations import EXCLUSIVE_PODS_ATTRIBUTE, render_zone_pods
+    from tests.conftest import POLICY_FILE
+
+    now = [1000.0]
+    cache = ClusterCache(None, PolicyStore(load_policy(POLICY_FILE)), clock=lambda: now[0])  # type: ignore[arg-type]
+    listing = render_zone_pods({"here": 1, "elsewhere": 1, "unseen": 1, "went": 1})
+    zone = {"capacity": {"cpu": "8"}, "allocatable": {"cpu": "8"}}
+    nrt = make_nrt(N1, zones=[{"name": "node0", "type": "Node", "resources": zone,
+                               "attributes": {EXCLUSIVE_PODS_ATTRIBUTE: listing}}])  # fmt: skip
+    cache.topologies[N1] = parse_nrt(nrt)
+    for uid, node in (("here", N1), ("elsewhere", "n2")):
+        cache.pods[uid] = PodRecord(uid, "default", uid, node, None, None, {}, "ballast-scheduler")
+        cache.pods_by_node.setdefault(node, set()).add(uid)
+    cache.pod_gone("went")
+    assert cache.zone_usage(N1).cpu_milli == {"node0": 2000}  # here, and unseen within its grace
+    now[0] += HELD_GRACE_SECONDS - 1
+    assert cache.zone_usage(N1).cpu_milli == {"node0": 2000}
+    now[0] += 1
+    assert cache.zone_usage(N1).cpu_milli == {"node0": 1000}  # the cached usage expired with the grace

@@ -9,6 +9,7 @@ recorded at its ``PodScheduled`` time, and a deleted or finished pod leaves at o
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -42,6 +43,10 @@ from common.topology_annotations import TOPOLOGY_RESULT_ANNOTATION
 log = logging.getLogger("ballast.cache")
 
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+HELD_GRACE_SECONDS = 30.0
+"""How long a pod the agent's NRT lists counts against its zone while the pod watch has not seen it: the
+watch normally sees a binding long before the kubelet admits the pod and the agent lists it, so this only
+covers a lagging or reconnecting watch; past it the listing is taken for a pod that no longer exists."""
 """The pods worth caching: bound and not finished (the same selector kube-scheduler's own cache uses)."""
 
 
@@ -306,6 +311,13 @@ class ClusterCache:
         """Nodes whose NRT says Ballast pins CPUs there (kept with ``topologies``)."""
         self.usage: dict[str, ZoneUsage] = {}
         """Per node, what pods' topology results take; dropped on pod/NRT events, rebuilt on demand."""
+        self.usage_until: dict[str, float] = {}
+        """Per node, when its cached usage expires: the earliest end of grace of a pod it counts only
+        because the agent lists it (``HELD_GRACE_SECONDS``)."""
+        self.held_unknown: dict[str, dict[str, float]] = {}
+        """Per node, pods the agent lists that the pod watch does not show: UID -> when first seen so."""
+        self.gone: TTLCache[str, bool] = TTLCache(100_000, 3600, timer=clock)
+        """Pods the pod watch saw deleted or finished: an agent still listing them holds nothing real."""
         self.assumed: TTLCache[str, tuple[str, tuple[tuple[str, int, int], ...]]] = TTLCache(
             100_000, assume_ttl, timer=clock
         )
@@ -415,24 +427,43 @@ class ClusterCache:
         """Exclusive CPUs taken per zone, plus bind-time assumptions not yet visible there.
 
         When the node's NRT says what the agent pins (``NodeTopology.held``), that is the truth for every
-        pod it lists, whatever its topology result said or whether it had one; a pod it does not list yet
-        counts by its trusted topology result, or by what bind assumed for it, until the NRT lists it.
+        pod it lists that the pod watch shows bound to this node, whatever its topology result said or
+        whether it had one. A listed pod the watch shows elsewhere, or saw go, counts nothing: an NRT
+        published before the pod went still lists it. A listed pod the watch has not seen at all counts for
+        ``HELD_GRACE_SECONDS`` from when it was first seen so (the watch may lag the agent), then not. A pod
+        the NRT does not list yet counts by its trusted topology result, or by what bind assumed for it,
+        until the NRT lists it.
         Without that, trusted topology results count (the agent's rule, ``common.exclusive``). An
         assumption leaves once the pod is counted otherwise, when the pod goes, or after its TTL: a
         result the agent will not honour (an untrusted scheduler's) still takes CPUs the agent pins
         somewhere, so it is not dropped when its annotation arrives."""
         usage = self.usage.get(node)
+        if usage is not None and node in self.usage_until and self.clock() >= self.usage_until[node]:
+            usage = None
         if usage is None:
             usage = ZoneUsage()
             seen = set()
             topo = self.topologies.get(node)
             held = topo.held if topo is not None else None
             listed: set[str] = set()
+            until = math.inf
             if held is not None:
+                now = self.clock()
+                before = self.held_unknown.get(node, {})
+                unknown: dict[str, float] = {}
                 for zone, pods in held.items():
                     for uid, cpus in pods.items():
-                        usage.add(f"uid {uid} (pinned by the agent)", [(zone, cpus * 1000, 0)])
                         listed.add(uid)
+                        r = self.pods.get(uid)
+                        if r is None and uid not in self.gone:
+                            first = unknown[uid] = before.get(uid, now)
+                            if now - first >= HELD_GRACE_SECONDS:
+                                continue
+                            until = min(until, first + HELD_GRACE_SECONDS)
+                        elif r is None or r.node != node:
+                            continue
+                        usage.add(f"uid {uid} (pinned by the agent)", [(zone, cpus * 1000, 0)])
+                self.held_unknown[node] = unknown
                 seen |= listed
             for r in self.pods_on(node):
                 if r.uid in listed or TOPOLOGY_RESULT_ANNOTATION not in r.annotations or r.spec is None:
@@ -450,6 +481,10 @@ class ClusterCache:
                     seen.add(r.uid)  # its own result replaces what bind assumed
             with self.lock:
                 self.usage[node] = usage
+                if until < math.inf:
+                    self.usage_until[node] = until
+                else:
+                    self.usage_until.pop(node, None)
             for uid in seen:
                 self.assumed.pop(uid, None)
         assumed = [(uid, res) for uid, (n, res) in list(self.assumed.items()) if n == node]
@@ -480,6 +515,7 @@ class ClusterCache:
         self.ledger.bound(record.info, record.uid, record.node, at)
 
     def pod_gone(self, uid: str) -> None:
+        self.gone[uid] = True
         self.assumed.pop(uid, None)
         self.community.forget(uid)
         if self.ledger is not None:

@@ -242,3 +242,34 @@ def test_concurrent_numa_binds_of_an_untrusted_scheduler_never_overfill_a_zone(
         },
     ).json()
     assert r["NodeNames"] == [] or r.get("FailedNodes"), r
+
+
+def test_a_pod_the_agent_still_lists_after_it_went_takes_no_cpus(cluster: ControlPlane, extender) -> None:
+    """The agent's NRT lists the pods it pins per zone (``ballast.io/exclusive-pods``), and an NRT written
+    before a pod went still lists it. The extender counts a listed pod only while its pod watch shows it
+    bound to that node: once the pod is deleted its 3 CPUs are free again, and a 2-CPU pod fits the 4-CPU
+    zone, whatever the NRT still says."""
+    client, app = extender
+    zone = {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"}}
+    exact = {"cpu": "3", "memory": "1Gi"}
+    create_nodes(cluster.core(), [node_body("pinned", cpu="4")])
+    core = cluster.core()
+    body = pod_body("held", requests=exact, limits=exact)
+    body["spec"]["nodeName"] = "pinned"  # placed by another scheduler; the agent pins it
+    held = core.create_namespaced_pod("default", body)
+    listing = {"ballast.io/exclusive-pods": f"{held.metadata.uid}=3"}
+    nrt = make_nrt(
+        "pinned", zones=[{"name": "node0", "type": "Node", "resources": zone, "attributes": listing}]
+    )
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(nrt))
+    cache = app.state.services.cache
+    wait_until(
+        lambda: cache.zone_usage("pinned").cpu_milli == {"node0": 3000}, None, "the listed pod counted"
+    )
+    core.delete_namespaced_pod("held", "default", grace_period_seconds=0)
+    wait_until(
+        lambda: cache.zone_usage("pinned").cpu_milli.get("node0", 0) == 0, None, "its CPUs free once it went"
+    )
+    two = {"cpu": "2", "memory": "1Gi"}
+    uids = create_pods(cluster, ["after"], requests=two, limits=two)
+    assert bind(client, "after", uids["after"], "pinned") == ""

@@ -19,10 +19,11 @@ every N, so ``consecutiveAbnormal: 1`` and ``2`` differ.) After an eviction from
 until a measurement newer than the eviction arrives for every metric that made it hot: no second round on
 the data that caused the first.
 
-A pod that arrived on its node as the replacement of a pod this rebalancer moved (same owner, placed
-after the eviction) is not moved again until its new node has read hot for ``consecutiveAbnormal`` cycles
-on measurements newer than its arrival (``settling``): a node's count may include cycles from before the
-pod came, and those say nothing about the node with it.
+A pod that arrived on its node as the replacement of a pod this rebalancer moved (same workload, that is
+the same owner, a Deployment's ReplicaSets together; placed after the eviction) is not moved again until
+its new node has read hot for ``consecutiveAbnormal`` cycles on measurements newer than its arrival
+(``settling``): a node's count may include cycles from before the pod came, and those say nothing about
+the node with it. A new leader learns the moves from the Events it rebuilds its promises from.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from app.model.annotations import fresh
 from app.model.nodestate import NodeLoad
 from app.model.rebalance_policy import RebalanceSettings
 
-__all__ = ["MOVED_MEMORY", "Counts", "HotMetric", "Reading", "Tracker", "owner_key", "read_node"]
+__all__ = ["MOVED_MEMORY", "Counts", "HotMetric", "Reading", "Tracker", "read_node"]
 
 HOT, COOL, NORMAL, UNKNOWN = "hot", "cool", "normal", "unknown"
 MOVED_MEMORY = 3600.0
@@ -93,12 +94,6 @@ class Counts:
     ``consecutiveAbnormal`` hot cycles of the current abnormal run."""
 
 
-def owner_key(namespace: str, kind: str, name: str) -> str:
-    """A pod's owner as ``settling`` tracks it: the controller itself (a ReplicaSet, not its Deployment),
-    since that is what creates the replacement."""
-    return f"{namespace}/{kind}/{name}"
-
-
 def _iso(when: float) -> str:
     return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -110,7 +105,9 @@ class Tracker:
     def __init__(self) -> None:
         self.counts: dict[str, Counts] = {}
         self.moved: dict[str, float] = {}
-        """Owner (``owner_key``) -> when the rebalancer last chose to evict one of its pods."""
+        """Workload (``PodFacts.workload``: the owner, a Deployment's ReplicaSets together) -> when the
+        rebalancer last chose to evict, or (a new leader, from the Events) evicted, one of its pods. The
+        replacement is a new pod, so it is recognised by its owner, not by the pod."""
 
     def observe(self, name: str, reading: Reading, settings: RebalanceSettings) -> Counts:
         c = self.counts.get(name)
@@ -129,21 +126,22 @@ class Tracker:
                 c.hot_measured.clear()
         return c
 
-    def moving(self, owner: str, at: float) -> None:
-        """A pod of ``owner`` is chosen to move: its replacement settles before it may move again."""
-        self.moved[owner] = at
+    def moving(self, workload: str, at: float) -> None:
+        """A pod of ``workload`` is moved: its replacement settles before it may move again."""
+        if self.moved.get(workload, float("-inf")) < at:
+            self.moved[workload] = at
 
     def forget_moves(self, now: float) -> None:
         for owner in [o for o, at in self.moved.items() if at <= now - MOVED_MEMORY]:
             del self.moved[owner]
 
-    def settling(self, owner: str, placed: float, node: str, settings: RebalanceSettings) -> str | None:
-        """Why a pod of ``owner`` placed at ``placed`` on ``node`` may not move yet, or ``None``.
+    def settling(self, workload: str, placed: float, node: str, settings: RebalanceSettings) -> str | None:
+        """Why a pod of ``workload`` placed at ``placed`` on ``node`` may not move yet, or ``None``.
 
-        A pod placed at or after an eviction of its owner's pod (``placed`` has whole seconds, so the
+        A pod placed at or after an eviction of its workload's pod (``placed`` has whole seconds, so the
         second of the eviction counts) is its replacement; it may go once ``node``'s last
         ``consecutiveAbnormal`` hot cycles all read measurements newer than ``placed``."""
-        at = self.moved.get(owner)
+        at = self.moved.get(workload)
         if at is None or placed + 1 <= at:
             return None
         c = self.counts.get(node)
@@ -152,7 +150,7 @@ class Tracker:
         if seen >= need:
             return None
         return (
-            f"moved here (placed {_iso(placed)}, after its owner's eviction): waits until {node} reads "
+            f"moved here (placed {_iso(placed)}, after its workload's eviction): waits until {node} reads "
             f"hot for {need} cycles on measurements newer than its arrival ({seen} so far)"
         )
 

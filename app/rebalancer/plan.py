@@ -31,7 +31,7 @@ from app.model.estimation import metric_plan
 from app.model.load import projected_load
 from app.model.policy import Policy
 from app.model.rebalance_policy import RebalanceSettings
-from app.rebalancer.classify import COOL, HOT, Reading, Tracker, owner_key, read_node
+from app.rebalancer.classify import COOL, HOT, Reading, Tracker, read_node
 from app.rebalancer.fit import NodeFacts, Target, why_not
 from app.rebalancer.limits import Limiter
 from app.rebalancer.pods import PodFacts
@@ -271,8 +271,7 @@ def plan_cycle(
         usage = {p.uid: usage_of(p, on_node) for p in candidates}
         settled = []
         for p in candidates:
-            owner = owner_key(p.namespace, p.owner_kind, p.owner_name)
-            why = tracker.settling(owner, p.placed, name, settings)
+            why = tracker.settling(p.workload, p.placed, name, settings)
             if why is None:
                 settled.append(p)
             else:
@@ -320,7 +319,7 @@ def plan_cycle(
             target.reserve(pod, now, use)
             targets.moved(target.node.name, target.standing(policy, mplan, now))
             limiter.plan(pod)
-            tracker.moving(owner_key(pod.namespace, pod.owner_kind, pod.owner_name), now)
+            tracker.moving(pod.workload, now)
             unreadable = []
             for h in reading.hot:
                 r = relief(use, load, thresholds[h.metric])

@@ -236,6 +236,7 @@ class Rebalancer:
             return
         self.promises[p.uid] = p
         self.limiter.remember(p.workload, p.uid, p.at)
+        self.tracker.moving(p.workload, p.at)  # its replacement settles, under this leader or the next
         counts = self.tracker.counts.get(p.node)
         if counts is None or counts.evicted_at is None or counts.evicted_at < p.waits_past:
             self.tracker.evicted(p.node, p.waits_past)

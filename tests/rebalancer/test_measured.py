@@ -306,3 +306,42 @@ def test_once_dry_run_json_says_which_usage_each_victim_was_counted_at(
     messages = sorted(e["message"] for e in fake_kube.list("events"))
     assert "usage estimated (cpu 425m" in messages[0] + messages[1]
     assert "usage measured (cpu 100m" in messages[0] + messages[1]
+
+
+def test_a_new_leader_learns_the_moves_from_the_events_and_lets_the_replacement_settle() -> None:
+    """The previous leader evicted a pod of ``default/Deployment/web`` (its Event says so); its
+    replacement landed on ``n4``, which reads hot on measurements from before the replacement came. A new
+    leader that rebuilt its promises from that Event leaves the replacement alone; one that had no Event
+    to read would move it again."""
+    from app.rebalancer.cache import NodeCache, PodCache
+    from app.rebalancer.evictor import Evictor
+    from app.rebalancer.metrics import RebalancerMetrics
+    from app.rebalancer.run import Rebalancer
+    from tests.rebalancer.test_promises import event
+    from tests.rebalancer.test_run import Calls
+
+    p, _ = policy(consecutiveAbnormal=1)
+    arrival = {"status": {"phase": "Running", "qosClass": "Burstable", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(NOW - 60)}]}}  # fmt: skip
+    replacement = {**pod("web-2", "n4", owner_name="web-abc"), **arrival}
+
+    def new_leader(events: list[dict[str, Any]] | None) -> Any:
+        nodes, pods = NodeCache(lambda: p, clock=lambda: NOW), PodCache(lambda: p)
+        nodes.replace([node("n4", 0.99, at=NOW - 90), node("n5", 0.1, at=NOW - 10)], "1")
+        pods.replace([replacement], "1")
+        r = Rebalancer(lambda: p, nodes, pods, Evictor(Calls(), dry_run=True), RebalancerMetrics(),  # type: ignore[arg-type]
+                       clock=lambda: NOW, sleep=lambda s: None, term=lambda: 1,
+                       events=(lambda: (events, NOW)) if events is not None else None)  # fmt: skip
+        plan = r.cycle()
+        assert plan is not None
+        return plan
+
+    moved_before = [  # a dry run's Event: this leader runs dry too (a real one counts "Rebalanced")
+        event(
+            "uid-web-1", "RebalanceDryRun", NOW - 70, node="n1", workload="default/Deployment/web", dry=True
+        )
+    ]
+    kept = new_leader(moved_before)
+    (choice,) = kept.nodes[0].candidates
+    assert kept.evictions == [] and choice.outcome == SKIPPED and "moved here" in choice.why
+    assert [c.pod.name for c in new_leader([]).evictions] == ["web-2"]

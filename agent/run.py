@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from agent import __version__
 from agent.cpuset import CPUSet
+from agent.pod_watch import NodePodWatch
 from agent.publisher import (
     KubeletConfigFile,
     KubeletConfigz,
@@ -169,8 +170,10 @@ def cpu_manager_factory(
     node_name: str,
     registry: CollectorRegistry,
     runtime_factory: Callable[[], Any] | None = None,
+    pod_watch: NodePodWatch | None = None,
 ) -> ManagerFactory:
-    """Build CPU managers from the command line; ``runtime_factory`` replaces the CRI runtime (tests)."""
+    """Build CPU managers from the command line; ``runtime_factory`` replaces the CRI runtime (tests);
+    ``pod_watch`` is the agent's shared watch on the node's pods (without it each manager has its own)."""
     metrics: Any = None
 
     def start(reserved: CPUSet) -> RunningManager:
@@ -199,9 +202,12 @@ def cpu_manager_factory(
         except BaseException:
             runtime.close()
             raise
-        return RunningManager(
-            manager, manager.pod_reflector(kube, resync_seconds=POD_RELIST_SECONDS), reserved
+        pods = (
+            pod_watch.subscribe(manager)
+            if pod_watch is not None
+            else manager.pod_reflector(kube, resync_seconds=POD_RELIST_SECONDS)
         )
+        return RunningManager(manager, pods, reserved)
 
     return start
 
@@ -315,8 +321,12 @@ def run(
     enabled = args.cpu_manager == "on"
     stop = stop or threading.Event()
     wake = threading.Event()
+    # One watch on this node's pods for the CPU manager and the load reporter (agent.pod_watch).
+    pod_watch = NodePodWatch(kube, node_name, resync_seconds=POD_RELIST_SECONDS)
     factory = (
-        cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory) if enabled else None
+        cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory, pod_watch)
+        if enabled
+        else None
     )
     # A manager that assigns or releases CPUs wakes the publish loop: crane's zone status and the community
     # object's ``available`` follow assignments at once rather than at the next resync.
@@ -366,7 +376,13 @@ def run(
 
             try:
                 load_loop = start_load_reporting(
-                    args, kube, node_name, registry, publisher.node, lambda: _kubelet_driver(source)
+                    args,
+                    kube,
+                    pod_watch,
+                    node_name,
+                    registry,
+                    publisher.node,
+                    lambda: _kubelet_driver(source),
                 )
             except LoadSetupError as e:
                 log.error("%s", e)
@@ -382,6 +398,7 @@ def run(
             load_loop.stop()
         node_watch.stop()
         supervisor.close()
+        pod_watch.stop()
         if server is not None:
             server.close()
         with contextlib.suppress(Exception):

@@ -1,7 +1,8 @@
 """The load reporter's wiring in ``ballast agent --report-load``: build it from the flags, run it on its
 own thread, stop it.
 
-The pods come from a watch on this node's pods (``agent.load.pods.NodePods``). The cgroup driver is the
+The pods come from the agent's one watch on this node's pods (``agent.pod_watch``, shared with the CPU
+manager) into ``agent.load.pods.NodePods``. The cgroup driver is the
 kubelet's (its configuration, as the NRT publisher reads it); when the kubelet's settings cannot be read,
 the tree says it (a ``kubepods.slice`` directory means systemd, as koordlet guesses). The history's
 checkpoint sits beside the CPU manager's (``--cpu-state-file``'s directory).
@@ -26,16 +27,16 @@ from agent.load.pods import NodePods
 from agent.load.procfs import ProcError, ProcReader
 from agent.load.reporter import LoadReporter
 from agent.load.sampler import Sampler
+from agent.pod_watch import NodePodWatch
 from app.model.policy import PolicyError, load_policy
 from app.model.policy_store import PolicyStore
-from common.kube import Kube, Reflector
+from common.kube import Kube
 
 __all__ = ["CHECKPOINT_NAME", "LoadLoop", "guess_driver", "start_load_reporting"]
 
 log = logging.getLogger("ballast.agent.load")
 
 CHECKPOINT_NAME = "load_history"
-POD_RELIST_SECONDS = 300.0
 FIRST_LIST_WAIT_SECONDS = 5.0
 
 
@@ -95,6 +96,7 @@ class LoadLoop:
 def start_load_reporting(
     args: argparse.Namespace,
     kube: Kube,
+    pod_watch: NodePodWatch,
     node_name: str,
     registry: CollectorRegistry,
     node: Callable[[], Mapping[str, Any] | None],
@@ -127,14 +129,6 @@ def start_load_reporting(
     metrics = LoadMetrics(registry)
     store = PolicyStore(policy, args.policy, metrics)
     pods = NodePods(node_name)
-    reflector = Reflector(
-        kube,
-        "/api/v1/pods",
-        pods,
-        params={"fieldSelector": f"spec.nodeName={node_name}"},
-        name=f"load-pods@{node_name}",
-        resync_seconds=POD_RELIST_SECONDS,
-    )
     reporter = LoadReporter(
         kube,
         node_name,
@@ -147,6 +141,6 @@ def start_load_reporting(
         sample_interval=args.load_sample_interval,
         report_interval=args.load_report_interval,
     )
-    loop = LoadLoop(reporter, store, reflector, args.load_sample_interval)
+    loop = LoadLoop(reporter, store, pod_watch.subscribe(pods), args.load_sample_interval)
     loop.start()
     return loop

@@ -185,3 +185,50 @@ def test_a_failed_write_is_counted_and_tried_again_at_the_next_report() -> None:
     assert not r.tick().nodeload  # not before the next report
     clock[0] += 50
     assert r.tick().nodeload
+
+
+class _Recording:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
+        self.calls.append(("replace", sorted(o["metadata"]["uid"] for o in objects)))
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        self.calls.append((event_type, obj["metadata"]["uid"]))
+
+
+def test_one_pod_watch_serves_every_user_and_a_late_one_gets_the_list_first() -> None:
+    from agent.pod_watch import NodePodWatch
+
+    started: list[str] = []
+
+    class HandFed(NodePodWatch):
+        def new_reflector(self) -> Any:  # no API server: the test feeds the watch by hand
+            class Idle:
+                def start(self) -> None:
+                    started.append("start")
+
+                def stop(self) -> None:
+                    started.append("stop")
+
+            return Idle()
+
+    watch = HandFed(object(), "n1")
+    early, late = _Recording(), _Recording()
+    watch.subscribe(early).start()
+    watch.replace([pod("a"), pod("b")])
+    watch.apply("DELETED", pod("a"))
+    watch.apply("ADDED", pod("c"))
+    subscription = watch.subscribe(late)
+    subscription.start()
+    watch.apply("MODIFIED", pod("b"))
+    subscription.stop()
+    watch.apply("DELETED", pod("b"))
+    assert early.calls == [
+        ("replace", ["a", "b"]), ("DELETED", "a"), ("ADDED", "c"), ("MODIFIED", "b"), ("DELETED", "b")
+    ]  # fmt: skip
+    assert late.calls == [("replace", ["b", "c"]), ("MODIFIED", "b")]
+    assert started == ["start"]  # one watch for both
+    watch.subscribe(early).stop()
+    assert started == ["start", "stop"]  # the last one out stops it

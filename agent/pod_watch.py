@@ -1,0 +1,118 @@
+"""One watch on this node's pods, shared by whatever in the agent needs them (the CPU manager, the load
+reporter): each node then costs the API server one pod watch, not one per user.
+
+``NodePodWatch`` is the ``common.kube.Reflector`` handler; it keeps the pods of the last list and the
+events since (the raw objects, a node's worth) and forwards both to its subscribers. A subscriber added
+later is handed the current list first (``replace``), then the events, in order: the list and every event
+are forwarded under one lock, so a subscriber never sees an event older than its list. The watch runs
+while it has subscribers: it starts with the first and stops with the last (a CPU manager that stops on a
+node without load reporting leaves no pod watch behind).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from common.kube import Handler, Reflector
+
+__all__ = ["NodePodWatch", "Subscription"]
+
+
+class NodePodWatch:
+    def __init__(self, kube: Any, node_name: str, *, resync_seconds: float = 300.0) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.resync_seconds = resync_seconds
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict[str, Any]] = {}
+        self._synced = False
+        self._subscribers: list[Handler] = []
+        self.reflector: Any = None
+        """The running watch (``None`` while nobody subscribes)."""
+
+    def new_reflector(self) -> Any:
+        return Reflector(
+            self.kube,
+            "/api/v1/pods",
+            self,
+            params={"fieldSelector": f"spec.nodeName={self.node_name}"},
+            name=f"pods@{self.node_name}",
+            resync_seconds=self.resync_seconds,
+        )
+
+    # ``common.kube.Reflector`` handler protocol
+    def replace(self, objects: list[dict[str, Any]], resource_version: str = "") -> None:
+        with self._lock:
+            self._objects = {_uid(o): o for o in objects if _uid(o)}
+            self._synced = True
+            for handler in self._subscribers:
+                handler.replace(list(objects), resource_version)
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        uid = _uid(obj)
+        with self._lock:
+            if uid:
+                if event_type == "DELETED":
+                    self._objects.pop(uid, None)
+                else:
+                    self._objects[uid] = obj
+            for handler in self._subscribers:
+                handler.apply(event_type, obj)
+
+    def subscribe(self, handler: Handler) -> Subscription:
+        """A subscription to start (hand it the list, then the events) and stop."""
+        return Subscription(self, handler)
+
+    def _add(self, handler: Handler) -> None:
+        with self._lock:
+            self._subscribers.append(handler)
+            if self._synced:
+                handler.replace(list(self._objects.values()), "")
+            start = self.reflector is None
+            if start:
+                self.reflector = self.new_reflector()
+        if start:
+            self.reflector.start()
+
+    def _remove(self, handler: Handler) -> None:
+        with self._lock:
+            self._subscribers = [h for h in self._subscribers if h is not handler]
+            last = not self._subscribers
+            reflector, self.reflector = (self.reflector, None) if last else (None, self.reflector)
+            if last:
+                self._synced = False  # a later subscriber waits for a fresh list
+        if reflector is not None:
+            reflector.stop()  # outside the lock: its thread may be forwarding an event
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        reflector = self.reflector
+        return reflector.wait_synced(timeout) if reflector is not None else False
+
+    def stop(self) -> None:
+        with self._lock:
+            self._subscribers = []
+            reflector, self.reflector = self.reflector, None
+        if reflector is not None:
+            reflector.stop()
+
+
+class Subscription:
+    """What a user of the shared watch holds: ``start``, ``wait_synced``, ``stop`` (as a Reflector's)."""
+
+    def __init__(self, watch: NodePodWatch, handler: Handler) -> None:
+        self.watch = watch
+        self.handler = handler
+
+    def start(self) -> None:
+        self.watch._add(self.handler)
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self.watch.wait_synced(timeout)
+
+    def stop(self) -> None:
+        self.watch._remove(self.handler)
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")

@@ -3,12 +3,15 @@ may write Ballast's node annotations and nothing else on a node; other users are
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from app.model.annotations import HOT_VALUE_KEY
+from app.model.load_source import ANNOTATOR_SOURCE, LOAD_SOURCE_KEY
 from app.model.policy import load_policy
 from common.kube import ApiError, Kube
 from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, wait_until
@@ -31,7 +34,8 @@ def test_the_allowed_keys_are_the_shipped_policys_metrics() -> None:
     policy = load_policy(policy_file)
     (vap, _) = yaml.safe_load_all(VAP.read_text())
     allowed = next(v["expression"] for v in vap["spec"]["variables"] if v["name"] == "allowed")
-    assert sorted(json.loads(allowed.replace("'", '"'))) == sorted([*policy.sync_periods, "node_hot_value"])
+    expected = [*policy.sync_periods, HOT_VALUE_KEY, LOAD_SOURCE_KEY]
+    assert sorted(json.loads(allowed.replace("'", '"'))) == sorted(expected)
 
 
 def _patch(cp: ControlPlane, patch: dict, as_user: str | None = None) -> tuple[bool, str]:
@@ -53,12 +57,16 @@ def test_the_annotator_may_write_only_its_annotations(cluster: ControlPlane) -> 
     try:
         create_nodes(cluster.core(), [node_body("guarded", annotations={"team": "a"})])
 
-        def refused(patch: dict) -> bool:
-            ok, _ = _patch(cluster, patch, ANNOTATOR)
+        probes = itertools.count()
+
+        def refused_a_new_label() -> bool:
+            # A new value each time: a probe admitted before the policy is in force sets the label, and
+            # the same label again would be no change, which the policy rightly lets through.
+            ok, _ = _patch(cluster, {"metadata": {"labels": {"probe": str(next(probes))}}}, ANNOTATOR)
             return not ok
 
         # the policy takes effect within seconds of its creation
-        wait_until(lambda: refused({"metadata": {"labels": {"x": "y"}}}), None, "the policy in force")
+        wait_until(refused_a_new_label, None, "the policy in force")
         for bad in (
             {"spec": {"unschedulable": True}},
             {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}},
@@ -75,6 +83,7 @@ def test_the_annotator_may_write_only_its_annotations(cluster: ControlPlane) -> 
                     "annotations": {
                         "cpu_usage_avg_5m": "0.10000,2026-11-25T00:00:00Z",
                         "node_hot_value": "1,2026-11-25T00:00:00Z",
+                        LOAD_SOURCE_KEY: ANNOTATOR_SOURCE,
                     }
                 }
             },

@@ -4,6 +4,7 @@ the logging flags (``add_common``), so flags read and fail one way in the extend
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from common.durations import parse_duration
 from common.logs import LEVELS
@@ -39,6 +40,26 @@ def add_common(p: argparse.ArgumentParser) -> None:
         choices=("text", "json"),
         default="text",
         help="text for people, json for log pipelines",
+    )
+
+
+WATCH_STALL_DEFAULT = "2m"
+"""``--watch-stall-timeout``'s default: ``common.kube.WATCH_STALL_SECONDS`` (a test keeps them equal)."""
+WATCH_STALL_HELP = (
+    "a watch that sends nothing, not even a bookmark, for this long is broken: it is relisted, and its "
+    "cache counts as not synced until that list succeeds (kube-apiserver sends a bookmark about every "
+    "minute; keep this above that, at most 2m)"
+)
+
+
+def add_watch_stall(p: argparse.ArgumentParser | Any) -> None:
+    """``--watch-stall-timeout``, the same flag with the same default in every program that watches."""
+    p.add_argument(
+        "--watch-stall-timeout",
+        type=positive_seconds,
+        default=WATCH_STALL_DEFAULT,
+        metavar="DURATION",
+        help=WATCH_STALL_HELP,
     )
 
 

@@ -22,7 +22,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
@@ -32,12 +32,21 @@ import orjson
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from urllib3 import exceptions as urllib3_exceptions
 
 from common.kube_lean import LeanTransport, TransportError
 
 log = logging.getLogger("ballast.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
+
+WATCH_STALL_SECONDS = 120.0
+"""How long a watch may send nothing, not even a bookmark, before it counts as broken (``Reflector``): the
+default of every program's ``--watch-stall-timeout``. Watches ask for bookmarks, and kube-apiserver sends
+one about every minute on a quiet collection, so a healthy watch is never silent this long; a stalled one
+is relisted, and its cache counts as not synced until that list succeeds."""
+LIST_PAGE_SIZE = 500
+"""Objects per page of a list (client-go's reflector pages by 500 too)."""
 
 
 class KubeConfigError(RuntimeError):
@@ -284,21 +293,51 @@ class Kube:
             raise ApiError(resp.status, "BadResponse", f"GET {path}: no JSON or no Date") from exc
         return (out if isinstance(out, dict) else {}), date
 
-    def list_all(
-        self, path: str, params: Mapping[str, str] | None = None, page: int = 500
-    ) -> tuple[list, str]:
-        """List a collection, following ``continue`` tokens; returns (items, resourceVersion)."""
-        items: list[dict[str, Any]] = []
+    def list_pages(
+        self,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        page: int = LIST_PAGE_SIZE,
+        on_page: Callable[[], None] | None = None,
+    ) -> tuple[Iterator[dict[str, Any]], str]:
+        """List a collection in pages of ``page`` objects (``limit`` + ``continue``, client-go's pager):
+        returns the objects as an iterator that fetches the next page only when the previous one is used
+        up, and the list's resourceVersion (every page of a list is served at the first page's). The first
+        page is fetched here; a later page's failure is raised by the iterator, a ``410`` when the
+        ``continue`` token expired (etcd compacted past the list's revision) included: the caller lists
+        again from the start, as client-go's reflector does. So a list of 100 000 pods never holds more
+        than one page of raw objects, whatever the caller keeps of each."""
         query = dict(params or {})
         query["limit"] = str(page)
+        first = self.get(path, query)
+        if on_page is not None:
+            on_page()
+        meta = first.get("metadata") or {}
+        return self._pages(path, query, first, on_page), str(meta.get("resourceVersion") or "")
+
+    def _pages(
+        self, path: str, query: dict[str, str], out: dict[str, Any], on_page: Callable[[], None] | None
+    ) -> Iterator[dict[str, Any]]:
         while True:
-            out = self.get(path, query)
-            items.extend(out.get("items") or [])
-            meta = out.get("metadata") or {}
-            token = meta.get("continue")
+            items = out.get("items") or []
+            token = (out.get("metadata") or {}).get("continue")
+            del out  # the page's objects live as long as ``items`` does, no longer
+            yield from items
             if not token:
-                return items, str(meta.get("resourceVersion") or "")
+                return
+            del items
             query["continue"] = token
+            out = self.get(path, query)
+            if on_page is not None:
+                on_page()
+
+    def list_all(
+        self, path: str, params: Mapping[str, str] | None = None, page: int = LIST_PAGE_SIZE
+    ) -> tuple[list, str]:
+        """List a collection, following ``continue`` tokens; returns (items, resourceVersion). Holds the
+        whole list: for small collections only (``list_pages`` for the rest)."""
+        items, rv = self.list_pages(path, params, page)
+        return list(items), rv
 
     def watch(
         self,
@@ -307,11 +346,22 @@ class Kube:
         timeout_seconds: int,
         stop: threading.Event | None = None,
         on_open: Any = None,
+        silence: float | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Yield watch events (``{"type", "object"}``) until the server ends the stream."""
+        """Yield watch events (``{"type", "object"}``) until the server ends the stream.
+
+        ``silence``: seconds without a byte (the reply's head included) after which the stream counts as
+        stalled: ``WatchStalled`` is raised (the socket's read timeout; by default the watch's own timeout
+        plus 30 s)."""
         query = dict(params)
         query.update({"watch": "true", "timeoutSeconds": str(timeout_seconds)})
-        resp = self._open("GET", path, query=query, timeout=(self.timeout, timeout_seconds + 30))
+        read = silence if silence is not None else timeout_seconds + 30
+        try:
+            resp = self._open("GET", path, query=query, timeout=(self.timeout, read))
+        except ApiError as exc:
+            if _read_timeout(exc):
+                raise WatchStalled(path, read) from exc
+            raise
         if not 200 <= resp.status < 300:
             raise _api_error(resp.status, resp.reason or "", resp.read())
         raw = resp.response
@@ -319,7 +369,7 @@ class Kube:
             on_open(raw)
         buf = b""
         try:
-            for chunk in raw.stream(64 * 1024, decode_content=True):
+            for chunk in _stalls_raised(raw.stream(64 * 1024, decode_content=True), path, read):
                 if stop is not None and stop.is_set():
                     return
                 buf += chunk
@@ -336,6 +386,37 @@ class Kube:
             raw.release_conn()
 
 
+def _read_timeout(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is a socket read that waited its whole timeout."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, urllib3_exceptions.ReadTimeoutError | TimeoutError):
+            return not isinstance(exc, urllib3_exceptions.ConnectTimeoutError)
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def _stalls_raised(chunks: Iterator[bytes], path: str, silence: float) -> Iterator[bytes]:
+    """``chunks``, with a read that timed out turned into ``WatchStalled``."""
+    try:
+        yield from chunks
+    except Exception as exc:
+        if _read_timeout(exc):
+            raise WatchStalled(path, silence) from exc
+        raise
+
+
+class WatchStalled(Exception):
+    """A watch sent nothing, not even a bookmark, for longer than its bound: the connection may be open,
+    but the stream is not moving (a stuck proxy, a half-dead connection), so what the cache holds may no
+    longer be true."""
+
+    def __init__(self, path: str, silence: float) -> None:
+        self.silence = silence
+        super().__init__(f"watch of {path} stalled: no event and no bookmark for {silence:g}s")
+
+
 def path_for(api_version: str, plural: str, namespace: str | None = None, name: str | None = None) -> str:
     """REST path of a collection or object: ``/api/v1/...`` for core, ``/apis/<group>/<version>/...`` else."""
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
@@ -348,7 +429,12 @@ def path_for(api_version: str, plural: str, namespace: str | None = None, name: 
 
 
 class Handler(Protocol):
-    def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None: ...
+    def replace(self, objects: Iterable[dict[str, Any]], resource_version: str) -> None:
+        """The whole collection, once through: a list arrives page by page as it is read, so a handler
+        keeps what it needs of each object and drops the rest. Reading a page may raise (the API server
+        went away, a ``continue`` token expired): the handler must then keep its previous state, which
+        building the new state aside and swapping it in at the end does."""
+        ...
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None: ...
 
@@ -367,6 +453,14 @@ class ReflectorStats:
     """``time.monotonic()`` of the last list, event or bookmark: the age of what the handler knows."""
     failing_since: float | None = None
     """``time.monotonic()`` of the first failure since the last good list or watch; ``None`` while healthy."""
+    stalls: int = 0
+    """Watches that sent nothing, not even a bookmark, for longer than the stall bound (then relisted)."""
+    pages: int = 0
+    """List pages read (``limit`` + ``continue``)."""
+
+    def silent_for(self, now: float) -> float:
+        """Seconds since the last list, event or bookmark (0 before the first list)."""
+        return 0.0 if self.last_event is None else max(0.0, now - self.last_event)
 
     def disconnected_for(self, now: float) -> float:
         """Seconds the collection has been unreachable (0 while healthy)."""
@@ -384,6 +478,12 @@ class Reflector:
       ``backoff_max`` for a collection never reached, and ``recover_max`` (a few seconds) once it was:
       after an API-server outage the cache must follow again within seconds, not after 45 s.
     - Every ``resync_seconds`` it relists anyway, repairing any drift a lost event could have caused.
+    - Lists are read in pages of ``page_size`` and handed to the handler as they arrive, so a relist never
+      holds a whole collection of raw objects; a ``continue`` token that expired (``410``) lists again
+      from the start.
+    - A watch that sends nothing, not even one of the bookmarks it asks for, for ``stall_seconds`` is
+      broken even if its connection is open: the collection counts as failing (``failing``, ``stalled``;
+      consumers that must not act on stale data wait) and is relisted at once.
     """
 
     def __init__(
@@ -400,8 +500,14 @@ class Reflector:
         backoff_max: float = 30.0,
         recover_max: float = 4.0,
         optional: bool = False,
+        stall_seconds: float = WATCH_STALL_SECONDS,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         self.kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
+        self.stall_seconds = stall_seconds
+        self.page_size = page_size
+        self.stalled = ""
+        """Why the watch counts as stalled, until a list succeeds again; empty otherwise."""
         self.path = path
         self.handler = handler
         self.params = dict(params or {})
@@ -442,12 +548,31 @@ class Reflector:
     def wait_synced(self, timeout: float | None = None) -> bool:
         return self.synced.wait(timeout)
 
+    def _paged(self) -> None:
+        self.stats.pages += 1
+
+    def problem(self, now: float | None = None) -> str | None:
+        """Why what the handler holds may not be the collection's current state, or ``None``: not listed
+        yet, the list or watch failing, the watch stalled, or nothing heard (no event, no bookmark, no
+        list) for longer than the stall bound. A missing optional collection has no problem."""
+        if not self.synced.is_set():
+            return f"the {self.name} watch has not listed yet"
+        if self.stalled:
+            return f"the {self.name} watch is stalled ({self.stalled})"
+        if self.failing:
+            return f"the {self.name} watch is down ({self.failing})"
+        silent = self.stats.silent_for(time.monotonic() if now is None else now)
+        if not self.missing and silent > self.stall_seconds:
+            return f"the {self.name} watch has sent no event and no bookmark for {silent:.0f}s"
+        return None
+
     def _relist(self) -> None:
-        items, rv = self.kube.list_all(self.path, self.params)
+        items, rv = self.kube.list_pages(self.path, self.params, self.page_size, on_page=self._paged)
         if self.missing:
             log.info("%s: %s is available now", self.name, self.path)
             self.missing = False
         self.handler.replace(items, rv)
+        self.stalled = ""
         self.resource_version = rv
         self.failing = ""
         self.stats.lists += 1
@@ -455,7 +580,7 @@ class Reflector:
         self.stats.failing_since = None
         self._reached = True
         self.synced.set()
-        log.debug("%s: listed %d objects at resourceVersion %s", self.name, len(items), rv)
+        log.debug("%s: listed at resourceVersion %s", self.name, rv)
 
     def run(self) -> None:
         need_list = True
@@ -490,11 +615,23 @@ class Reflector:
                 if exc.code == 410:
                     self.stats.expired += 1
                     log.info(
-                        "%s: resourceVersion %s expired (410), relisting", self.name, self.resource_version
+                        "%s: resourceVersion %s or a list's continue token expired (410), listing from "
+                        "the start",
+                        self.name,
+                        self.resource_version,
                     )
                     need_list = True
                     continue
                 backoff = self._failed(exc, backoff)
+            except WatchStalled as exc:
+                if self._stop.is_set():
+                    return
+                self.stats.stalls += 1
+                self.stalled = self.failing = str(exc)
+                if self.stats.failing_since is None:
+                    self.stats.failing_since = time.monotonic()
+                log.warning("%s: %s; relisting", self.name, exc)
+                need_list = True
             except Exception as exc:
                 if self._stop.is_set():
                     return
@@ -538,7 +675,10 @@ class Reflector:
             self.stats.failing_since = None
 
         try:
-            for event in self.kube.watch(self.path, params, timeout, self._stop, on_open=opened):
+            events = self.kube.watch(
+                self.path, params, timeout, self._stop, on_open=opened, silence=self.stall_seconds
+            )
+            for event in events:
                 kind = event.get("type")
                 obj = event.get("object") or {}
                 if kind == "ERROR":

@@ -12,6 +12,7 @@ import argparse
 from common.cli import (
     HelpFormatter,
     add_common,
+    add_watch_stall,
     duration,
     duration_or_off,
     non_negative_int,
@@ -205,6 +206,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         metavar="DURATION",
         help="timeout of one Kubernetes API call",
     )
+    add_watch_stall(srv)
     srv.add_argument(
         "--resync",
         type=duration,

@@ -338,13 +338,29 @@ async def _serve_with(
     records = _records(policy, args)
     params = {"labelSelector": args.node_selector} if args.node_selector else {}
     reflectors = [
-        Reflector(kube, "/api/v1/nodes", index, params=params, name="nodes", resync_seconds=args.resync)
+        Reflector(
+            kube,
+            "/api/v1/nodes",
+            index,
+            params=params,
+            name="nodes",
+            resync_seconds=args.resync,
+            stall_seconds=args.watch_stall_timeout,
+        )
     ]
     if records is not None:
         for path, list_params, handler in _binding_sources(records, args.binding_source):
             name = path.rsplit("/", 1)[-1]
             reflectors.append(
-                Reflector(kube, path, handler, params=list_params, name=name, resync_seconds=args.resync)
+                Reflector(
+                    kube,
+                    path,
+                    handler,
+                    params=list_params,
+                    name=name,
+                    resync_seconds=args.resync,
+                    stall_seconds=args.watch_stall_timeout,
+                )
             )
     leader_elect = args.leader_elect is not False
     elector = (
@@ -376,6 +392,9 @@ async def _serve_with(
             return False, "waiting for the first list of " + ", ".join(waiting)
         if store.failure is not None:
             return False, f"policy reload refused, still running the previous policy: {store.failure.error}"
+        stalled = [p for r in reflectors if (r.stalled or not r.failing) and (p := r.problem())]
+        if stalled:
+            return False, "; ".join(stalled)
         return True, "ok"
 
     probes.healthy, probes.ready = healthy, ready

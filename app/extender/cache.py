@@ -33,7 +33,7 @@ from app.model.nodestate import NodeLoad, parse_node
 from app.model.podinfo import PodInfo, pod_info
 from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
-from common.kube import Kube, Reflector
+from common.kube import WATCH_STALL_SECONDS, Kube, Reflector
 from common.nrt_api import COMMUNITY_NRT_PATH, NRT_PATH
 from common.podspec import PodInfo as AgentPod
 from common.podspec import parse_pod
@@ -268,6 +268,17 @@ class _Topologies:
             self.cache.usage.pop(name, None)
 
 
+def _stall(r: Reflector, now: float) -> str | None:
+    """A stalled watch, or one silent past the stall bound (``Reflector.problem``), is reported at once;
+    plain disconnections only after the shortest sync period (``ClusterCache.readiness``)."""
+    if r.stalled:
+        return f"{r.name}: {r.stalled}"
+    silent = r.stats.silent_for(now)
+    if not r.missing and not r.failing and silent > r.stall_seconds:
+        return f"{r.name}: no event and no bookmark for {silent:.0f}s"
+    return None
+
+
 def _pins(topo: NodeTopology) -> bool:
     """Ballast pins CPUs on this node (the agent's static policy, with zones to choose from)."""
     return topo.static and bool(topo.zones)
@@ -283,6 +294,7 @@ class ClusterCache:
         ledger: Ledger | None = None,
         *,
         resync_seconds: float = 300.0,
+        stall_seconds: float = WATCH_STALL_SECONDS,
         clock: Callable[[], float] = time.time,
         assume_ttl: float = 300.0,
         on_bad: Callable[[NodeLoad], None] | None = None,
@@ -330,7 +342,14 @@ class ClusterCache:
         self.bound_listeners: list[Callable[[str, str], None]] = []
         """Told ``(uid, node)`` when a pod is first seen bound to a node (shadow mode's agreement)."""
         self.reflectors = [
-            Reflector(kube, "/api/v1/nodes", _Nodes(self), name="nodes", resync_seconds=resync_seconds),
+            Reflector(
+                kube,
+                "/api/v1/nodes",
+                _Nodes(self),
+                name="nodes",
+                resync_seconds=resync_seconds,
+                stall_seconds=stall_seconds,
+            ),
             Reflector(
                 kube,
                 "/api/v1/pods",
@@ -338,6 +357,7 @@ class ClusterCache:
                 params={"fieldSelector": BOUND_PODS},
                 name="pods",
                 resync_seconds=resync_seconds,
+                stall_seconds=stall_seconds,
             ),
             Reflector(
                 kube,
@@ -345,6 +365,7 @@ class ClusterCache:
                 _Topologies(self),
                 name="noderesourcetopologies",
                 resync_seconds=resync_seconds,
+                stall_seconds=stall_seconds,
                 optional=True,
             ),
             Reflector(
@@ -353,6 +374,7 @@ class ClusterCache:
                 self.community,
                 name="noderesourcetopologies.v1alpha2",
                 resync_seconds=resync_seconds,
+                stall_seconds=stall_seconds,
                 optional=True,
             ),
         ]
@@ -382,6 +404,9 @@ class ClusterCache:
         if waiting:
             return f"cluster cache has not completed its first list of: {', '.join(waiting)}"
         now, limit = time.monotonic(), self.stale_after()
+        stalled = [p for r in self.reflectors if (p := _stall(r, now)) is not None]
+        if stalled:
+            return f"cluster cache may be stale, verdicts may use stale nodes or pods: {'; '.join(stalled)}"
         stale = [
             f"{r.name} ({r.stats.disconnected_for(now):.0f}s: {r.stats.last_error[:200]})"
             for r in self.reflectors

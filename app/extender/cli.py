@@ -15,7 +15,7 @@ from app.extender.api.body import (
 )
 from app.extender.connections import DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_MAX_CONNECTIONS
 from app.model.policy import PolicyError, load_policy
-from common.cli import HelpFormatter, add_common, positive_seconds, seconds
+from common.cli import HelpFormatter, add_common, add_watch_stall, positive_seconds, seconds
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.seal import SealKeyError, load_key
 
@@ -61,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="relist nodes, bound pods and NodeResourceTopologies this often even when the watches are "
         "healthy",
     )
+    add_watch_stall(p)
     p.add_argument(
         "--nrt-assume-ttl",
         type=positive_seconds,
@@ -179,6 +180,7 @@ def run_extender(args: argparse.Namespace) -> int:
         policy_poll_seconds=args.policy_poll,
         kube=kube,
         resync_seconds=args.resync,
+        watch_stall_seconds=args.watch_stall_timeout,
         nrt_assume_ttl=args.nrt_assume_ttl,
         scheduler_names=args.scheduler_names or DEFAULT_SCHEDULERS,
         result_key=result_key,

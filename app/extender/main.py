@@ -41,7 +41,7 @@ from app.model.ledger import Ledger
 from app.model.policy import Policy
 from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
-from common.kube import Kube
+from common.kube import WATCH_STALL_SECONDS, Kube
 
 log = logging.getLogger("ballast.extender")
 
@@ -124,6 +124,7 @@ def create_app(
     metrics: ExtenderMetrics | None = None,
     kube: Kube | None = None,
     resync_seconds: float = 300.0,
+    watch_stall_seconds: float = WATCH_STALL_SECONDS,
     background: list[Callable[[], Any]] | None = None,
     clock: Callable[[], float] = time.time,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -158,6 +159,7 @@ def create_app(
             store,
             ledger,
             resync_seconds=resync_seconds,
+            stall_seconds=watch_stall_seconds,
             clock=clock,
             on_bad=metrics.count_bad,
             allowed_schedulers=scheduler_names,

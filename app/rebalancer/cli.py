@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from common.cli import HelpFormatter, add_common, duration, duration_or_off, port
+from common.cli import HelpFormatter, add_common, add_watch_stall, duration, duration_or_off, port
 from common.leader import add_leader_flags
 
 __all__ = ["register", "run_rebalancer"]
@@ -84,6 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--api-timeout", type=duration, default="10s", metavar="DURATION",
         help="timeout of one Kubernetes API call",
     )  # fmt: skip
+    add_watch_stall(srv)
     srv.add_argument(
         "--resync", type=duration, default="5m", metavar="DURATION",
         help="relist nodes and pods this often even when the watches are healthy",

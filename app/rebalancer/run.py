@@ -385,10 +385,10 @@ def _once(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, o
     metrics = RebalancerMetrics()
     nodes, pods = NodeCache(lambda: policy), PodCache(lambda: policy)
     try:
-        items, _ = kube.list_all("/api/v1/nodes")
+        items, _ = kube.list_pages("/api/v1/nodes")
         nodes.replace(items, "")
-        items, _ = kube.list_all("/api/v1/pods", {"fieldSelector": "spec.nodeName!="})
-        pods.replace(items, "")
+        items, _ = kube.list_pages("/api/v1/pods", {"fieldSelector": "spec.nodeName!="})
+        pods.replace(items, "")  # page by page: 100 000 pods never sit in memory at once
     except Exception as exc:
         log.error("cannot list from the Kubernetes API, nothing evicted: %s", exc)
         return 1
@@ -441,9 +441,10 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
 
     store.on_change(changed)
     reflectors = [
-        Reflector(kube, "/api/v1/nodes", nodes, name="nodes", resync_seconds=args.resync),
+        Reflector(kube, "/api/v1/nodes", nodes, name="nodes", resync_seconds=args.resync,
+                  stall_seconds=args.watch_stall_timeout),
         Reflector(kube, "/api/v1/pods", pods, params={"fieldSelector": "spec.nodeName!="}, name="pods",
-                  resync_seconds=args.resync),
+                  resync_seconds=args.resync, stall_seconds=args.watch_stall_timeout),
     ]  # fmt: skip
     # optional: without the CRD (or while its watch is down) every pod's usage is its estimate, and a
     # NodeLoad that stops being updated stops counting by its own time
@@ -463,10 +464,9 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
         if not loads.synced.is_set():
             return "the nodeloads watch has not listed yet"
         for r in reflectors:
-            if not r.synced.is_set():
-                return f"the {r.name} watch has not listed yet"
-            if r.failing:
-                return f"the {r.name} watch is down ({r.failing})"
+            # not listed, down, stalled, or silent past --watch-stall-timeout: no action on what it holds
+            if (problem := r.problem()) is not None:
+                return problem
         return None
 
     def may_act() -> bool:

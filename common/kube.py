@@ -563,7 +563,7 @@ class Reflector:
             return f"the {self.name} watch is down ({self.failing})"
         silent = self.stats.silent_for(time.monotonic() if now is None else now)
         if not self.missing and silent > self.stall_seconds:
-            return f"the {self.name} watch has sent no event and no bookmark for {silent:.0f}s"
+            return f"the {self.name} watch is stalled: no event and no bookmark for {silent:.0f}s"
         return None
 
     def _relist(self) -> None:

@@ -275,7 +275,7 @@ def _stall(r: Reflector, now: float) -> str | None:
         return f"{r.name}: {r.stalled}"
     silent = r.stats.silent_for(now)
     if not r.missing and not r.failing and silent > r.stall_seconds:
-        return f"{r.name}: no event and no bookmark for {silent:.0f}s"
+        return f"{r.name}: watch stalled, no event and no bookmark for {silent:.0f}s"
     return None
 
 

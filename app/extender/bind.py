@@ -162,7 +162,9 @@ class Binder:
             self.ledger.bound(
                 None, args.pod_uid, args.node, self.clock(), f"{args.pod_namespace}/{args.pod_name}"
             )
-        log.info("bound %s", who)
+        # DEBUG, not INFO: one line per pod is hundreds a second in a burst; failures are WARNING lines,
+        # and the access log's summary counts the binds.
+        log.debug("bound %s", who)
         return ""
 
     def _node_now(self, args: BindingArgs) -> str:

@@ -98,16 +98,22 @@ def units(
     load: NodeLoad, plan: MetricPlan, estimates: Iterable[Estimate], now: float, skip: str | None = None
 ) -> dict[str, int]:
     """Estimated amounts (millicores or bytes) counted per metric on this node, leaving out ``skip``."""
-    estimates = list(estimates)
+    estimates = [e for e in estimates if e.uid != skip] if skip is not None else list(estimates)
     out: dict[str, int] = {}
+    if not estimates:
+        return out
     for metric, resource, ttl in plan:
         sample = load.samples.get(metric)
         if sample is None:
             continue
-        total = 0
-        for e in estimates:
-            if e.uid != skip and counts(e, sample.order_at, ttl, now):
-                total += e.amount(resource)
+        # ``counts`` inlined: this loop runs per estimate per metric on every recomputation of a node
+        measured_at = sample.order_at
+        if resource == "cpu":
+            total = sum(e.cpu_milli for e in estimates if e.at >= measured_at and e.at + ttl > now)
+        elif resource == "memory":
+            total = sum(e.memory_bytes for e in estimates if e.at >= measured_at and e.at + ttl > now)
+        else:
+            total = 0
         if total:
             out[metric] = total
     return out

@@ -1,0 +1,100 @@
+"""What Ballast's bind verb costs beyond its API calls: the pre-bind checks and the placement record.
+
+In one process, without a server: the extender's app with a cluster cache fed by hand (100 nodes with fresh
+load annotations) and a transport that answers every API call at once, so only Ballast's own work is
+timed. Each pod goes through filter and prioritize (leaving its hold, as in a drain), then ``Binder.bind``
+to a node round-robin, then the pod watch's event that it is bound; every ``--per-round`` pods the pods go
+(as the cluster bench deletes them between drains). Per bind: this thread's CPU time, median (p10-p90);
+``--profile`` prints where the second half of the binds spends it.
+
+    python -m bench.bind_logic_bench [--pods 1000] [--per-round 500] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
+from typing import Any
+
+import orjson
+
+from app.extender.cache import _Nodes, _Pods
+from app.extender.main import create_app
+from app.extender.wire import BindingArgs, parse_extender_args
+from app.model.policy import load_policy
+from bench.cluster_bench import POLICY, annotations
+from common.kube import Kube
+from tests.cluster.controlplane import node_body, pod_body
+
+
+class AtOnce:
+    """A transport that answers every call with success at once (``common.kube_lean``'s interface)."""
+
+    def request(self, method: str, path: str, body: Any, ct: Any, timeout: float, query: Any = None) -> tuple:
+        return 201, "Created", b'{"kind":"Status","status":"Success","code":201}', {}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--per-round", type=int, default=500)
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args(argv)
+    kube = Kube(None, timeout=4.0, transport=AtOnce())  # type: ignore[arg-type]
+    app = create_app(load_policy(POLICY), kube=kube, policy_poll_seconds=0, lean_bind=False)
+    svc = app.state.services
+    cache, ext, binder = svc.cache, svc.extender, svc.binder
+    names = [f"n{i}" for i in range(args.nodes)]
+    _Nodes(cache).replace([node_body(n, annotations=annotations(0.2)) for n in names], "1")
+    _Pods(cache).replace([], "1")
+    verbs: list[float] = []
+    binds: list[float] = []
+    profiler = cProfile.Profile(time.thread_time)
+    placed: list[dict[str, Any]] = []
+    for i in range(args.pods):
+        if placed and i % args.per_round == 0:
+            for pod in placed:
+                _Pods(cache).apply("DELETED", pod)
+            placed.clear()
+        pod = pod_body(f"p{i}", scheduler_name="ballast-scheduler", requests={"cpu": "50m", "memory": "64Mi"})
+        pod["metadata"].update(uid=f"uid-{i}", namespace="default")
+        body = orjson.dumps({"Pod": pod, "NodeNames": names})
+        t = time.thread_time()
+        ext.answering(ext.filter, parse_extender_args(body))
+        ext.settle()
+        ext.answering(ext.prioritize, parse_extender_args(body), encoded=True)
+        ext.settle()
+        verbs.append(time.thread_time() - t)
+        node = names[i % len(names)]
+        profiling = args.profile and i >= args.pods // 2
+        if profiling:
+            profiler.enable()
+        t = time.thread_time()
+        error = binder.bind(BindingArgs(f"p{i}", "default", f"uid-{i}", node))
+        binds.append(time.thread_time() - t)
+        if profiling:
+            profiler.disable()
+        assert error == "", error
+        pod["spec"]["nodeName"] = node
+        _Pods(cache).apply("ADDED", pod)
+        placed.append(pod)
+    if args.profile:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
+        print(out.getvalue())
+
+    def q(values: list[float]) -> str:
+        qs = statistics.quantiles(values, n=10)
+        return f"{statistics.median(values) * 1e6:.0f} ({qs[0] * 1e6:.0f}-{qs[-1] * 1e6:.0f})"
+
+    print(f"filter + prioritize, in process: {q(verbs)} us CPU per pod")
+    print(f"bind (pre-bind checks, placement record; API calls answered at once): {q(binds)} us CPU per pod")
+
+
+if __name__ == "__main__":
+    main()

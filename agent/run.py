@@ -303,6 +303,15 @@ def run(
             "no --result-key-file: topology results are trusted by schedulerName alone, which whoever may "
             "create pods can set (see the operator's guide, What the agent trusts)"
         )
+    load_policy = None
+    if getattr(args, "report_load", False):
+        from agent.load.loop import LoadSetupError, check_load_flags
+
+        try:
+            load_policy = check_load_flags(args)
+        except LoadSetupError as e:
+            log.error("%s", e)
+            return 2
     try:
         api_client = load_api_client(args.kubeconfig, user_agent=f"ballast-agent/{__version__}")
     except KubeConfigError as e:
@@ -365,29 +374,26 @@ def run(
     )
     # ---- HOOK: the CPU manager follows the published cpuManagerPolicy (CPUManagerSupervisor) ----
     load_loop: Any = None
-    hangup = threading.Event() if getattr(args, "report_load", False) else None
+    hangup = threading.Event() if load_policy is not None else None
     signals = _install_signal_handlers(stop, wake, hangup)
     try:
         node_watch.start()
         node_watch.wait_synced(min(INITIAL_NODE_WAIT_SECONDS, args.resync))
         wake.clear()  # the first list is "a change"; the publish below covers it
-        if hangup is not None:
-            from agent.load.loop import LoadSetupError, start_load_reporting
+        if load_policy is not None:
+            from agent.load.loop import start_load_reporting
 
-            try:
-                load_loop = start_load_reporting(
-                    args,
-                    kube,
-                    pod_watch,
-                    node_name,
-                    registry,
-                    publisher.node,
-                    lambda: _kubelet_driver(source),
-                )
-            except LoadSetupError as e:
-                log.error("%s", e)
-                return 2
-            load_loop.hangup = hangup
+            load_loop = start_load_reporting(
+                args,
+                load_policy,
+                kube,
+                pod_watch,
+                node_name,
+                registry,
+                publisher.node,
+                lambda: _kubelet_driver(source),
+                hangup,
+            )
         while not stop.is_set():
             publisher.publish_once()
             supervisor.update(publisher.published)

@@ -31,11 +31,12 @@ def test_missing_parts_are_named_and_the_other_benches_run(
         "rebalancer_bench",
         "cpu_assignment_bench",
         "reconcile_bench",
+        "agent_load_bench",
     ]
     out = capsys.readouterr().out
     assert "prometheus and promtool not on PATH" in out
     assert out.count("BALLAST_KUBE_BIN=") == 2  # cluster_bench and burst_bench each say why
-    assert "5 of 8 benches ran; not run: annotator_bench, cluster_bench, burst_bench" in out
+    assert "6 of 9 benches ran; not run: annotator_bench, cluster_bench, burst_bench" in out
     assert "Traceback" not in out
 
 

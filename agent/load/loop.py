@@ -28,11 +28,18 @@ from agent.load.procfs import ProcError, ProcReader
 from agent.load.reporter import LoadReporter
 from agent.load.sampler import Sampler
 from agent.pod_watch import NodePodWatch
-from app.model.policy import PolicyError, load_policy
+from app.model.policy import Policy, PolicyError, load_policy
 from app.model.policy_store import PolicyStore
 from common.kube import Kube
 
-__all__ = ["CHECKPOINT_NAME", "LoadLoop", "guess_driver", "start_load_reporting"]
+__all__ = [
+    "CHECKPOINT_NAME",
+    "LoadLoop",
+    "LoadSetupError",
+    "check_load_flags",
+    "guess_driver",
+    "start_load_reporting",
+]
 
 log = logging.getLogger("ballast.agent.load")
 
@@ -55,12 +62,20 @@ def guess_driver(root: Path) -> str:
 class LoadLoop:
     """The reporter's thread: a tick every sample interval, the policy file checked before each."""
 
-    def __init__(self, reporter: LoadReporter, store: PolicyStore, reflector: Any, interval: float) -> None:
+    def __init__(
+        self,
+        reporter: LoadReporter,
+        store: PolicyStore,
+        reflector: Any,
+        interval: float,
+        hangup: threading.Event | None = None,
+    ) -> None:
         self.reporter = reporter
         self.store = store
         self.reflector = reflector
         self.interval = interval
-        self.hangup = threading.Event()
+        self.hangup = hangup or threading.Event()
+        """Set by SIGHUP: the policy file is read again on the next tick."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="load-reporter", daemon=True)
 
@@ -93,16 +108,9 @@ class LoadLoop:
         self._thread.join(10)
 
 
-def start_load_reporting(
-    args: argparse.Namespace,
-    kube: Kube,
-    pod_watch: NodePodWatch,
-    node_name: str,
-    registry: CollectorRegistry,
-    node: Callable[[], Mapping[str, Any] | None],
-    kubelet_driver: Callable[[], str | None],
-) -> LoadLoop:
-    """Build and start the load loop; ``LoadSetupError`` when the flags cannot work."""
+def check_load_flags(args: argparse.Namespace) -> Policy:
+    """The policy the flags name, once ``/proc`` proved readable: checked before the agent makes any API
+    request. ``LoadSetupError`` says which flag cannot work and why."""
     if args.policy is None:
         raise LoadSetupError(
             "--report-load needs --policy FILE (the DynamicSchedulerPolicy, the shipped ConfigMap)"
@@ -117,6 +125,22 @@ def start_load_reporting(
         proc.meminfo()
     except (ProcError, OSError) as e:
         raise LoadSetupError(f"--proc-root {args.proc_root}: {e}") from None
+    return policy
+
+
+def start_load_reporting(
+    args: argparse.Namespace,
+    policy: Policy,
+    kube: Kube,
+    pod_watch: NodePodWatch,
+    node_name: str,
+    registry: CollectorRegistry,
+    node: Callable[[], Mapping[str, Any] | None],
+    kubelet_driver: Callable[[], str | None],
+    hangup: threading.Event | None = None,
+) -> LoadLoop:
+    """Build and start the load loop with the policy ``check_load_flags`` read."""
+    proc = ProcReader(args.proc_root)
     driver = kubelet_driver() or guess_driver(args.cgroup_root)
     cgroups = PodCgroups(args.cgroup_root, driver)
     log.info(
@@ -141,6 +165,6 @@ def start_load_reporting(
         sample_interval=args.load_sample_interval,
         report_interval=args.load_report_interval,
     )
-    loop = LoadLoop(reporter, store, pod_watch.subscribe(pods), args.load_sample_interval)
+    loop = LoadLoop(reporter, store, pod_watch.subscribe(pods), args.load_sample_interval, hangup)
     loop.start()
     return loop

@@ -43,11 +43,13 @@ def test_node_utilisation_holds_the_burners_share_of_the_cpus() -> None:
     busy = cpu_utilisation(before, after)
     total_ticks = sum(after.modes) - sum(before.modes)
     burner_share = (ticks_after - ticks_before) / total_ticks  # of all CPUs' time
-    assert burner_share > 0.1, "the burner hardly ran; the machine is too busy to tell"
-    # The burner's time is inside the node's busy time: whatever else runs can only add to it.
-    assert busy is not None and busy >= burner_share - 2 / total_ticks * cpus
-    # One spinning process is at most one core: its share of a 2-CPU node is at most a half.
-    assert burner_share <= 1 / cpus + 0.02
+    seen = f"node busy {busy}, burner {burner_share:.3f} of {total_ticks} ticks on {cpus} CPUs"
+    assert burner_share > 0.05, f"the burner hardly ran; the machine is too busy to tell ({seen})"
+    # The burner's time is inside the node's busy time: whatever else runs can only add to it. (The two
+    # counters are read a moment apart and tick-sampled: a few ticks of slack.)
+    assert busy is not None and busy >= burner_share - 0.03, seen
+    # One spinning process is at most one core: its share of the node is at most one CPU's.
+    assert burner_share <= 1 / cpus + 0.03, seen
 
 
 def test_node_memory_is_cranes_ratio_of_this_machines_meminfo() -> None:

@@ -477,3 +477,16 @@ def test_a_rejected_result_is_counted_once_per_pod_not_per_event(tmp_path: Path)
     for _ in range(3):
         m.on_pod_event("MODIFIED", rogue)
     assert _sample(m, "ballast_agent_topology_results_ignored_total", {"reason": "untrusted-scheduler"}) == 1
+
+
+def test_a_restored_pod_holds_its_cpus_before_the_pod_list_names_it(tmp_path: Path) -> None:
+    """One rule for what a pod holds (both NRTs publish it): from assignment to release. After a restart
+    the checkpoint's pods hold their CPUs before the first list says who they are, so neither NRT may show
+    those CPUs as free meanwhile."""
+    (tmp_path / "cpu_manager_state").write_bytes(
+        encode_checkpoint("static", ALL - CPUSet.of(1, 7), {"old-pod": {"app": CPUSet.of(1, 7)}})
+    )
+    m = _manager(tmp_path, MemoryRuntime())
+    assert m.held() == {"old-pod": ("", "", CPUSet.of(1, 7))}
+    m.on_pods([pod("kafka", [container("app", "2", "1Gi")], uid="old-pod", namespace="shop")])
+    assert m.held() == {"old-pod": ("shop", "kafka", CPUSet.of(1, 7))}

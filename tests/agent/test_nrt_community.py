@@ -70,6 +70,18 @@ def test_available_is_allocatable_minus_what_the_cpu_manager_handed_out(topology
     assert obj["zones"][0]["costs"][0]["name"] == "node-0"
 
 
+def test_a_pod_not_yet_named_holds_its_cpus_but_is_not_in_the_fingerprint(topology: CPUTopology) -> None:
+    """After a restart the checkpoint's pods hold CPUs before the pod list names them (``CPUManager.held``):
+    ``available`` subtracts them at once; the pods fingerprint lists pods by name, so it waits."""
+    held = {"p1": ("shop", "kafka", CPUSet(list(topology.cpus_in_numa(1))[:4])),
+            "restored": ("", "", CPUSet(list(topology.cpus_in_numa(0))[-2:]))}  # fmt: skip
+    parsed = parse_community(build_community_nrt(crane(topology), topology, held))
+    assert isinstance(parsed, CommunityTopology), parsed
+    by_zone = {z.name: z for z in parsed.zones}
+    assert by_zone["node-0"].available["cpu"] == by_zone["node-0"].allocatable["cpu"] - 2000
+    assert parsed.fingerprint == fingerprint([("shop", "kafka")])
+
+
 def test_the_object_passes_the_crd_schema(topology: CPUTopology) -> None:
     schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     obj = build_community_nrt(crane(topology), topology, {"p": ("a", "b", topology.cpus_in_numa(0))})

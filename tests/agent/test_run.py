@@ -175,7 +175,8 @@ def test_kubelet_static_rule_through_the_loop(
         assert nrt(fake_kube)["craneManagerPolicy"]["cpuManagerPolicy"] == "Static"  # type: ignore[index]
         pods = fake_kube.find_requests("GET", "^/api/v1/pods$")[0]
         assert pods.query["fieldSelector"] == f"spec.nodeName={NODE}"
-        assert "CPU manager started (reserved CPUs: 0)" in caplog.text
+        # logged when the start returns, just after the watch it opened: wait for it, do not race it
+        wait_for(lambda: "CPU manager started (reserved CPUs: 0)" in caplog.text, what="the start logged")
         wait_for(lambda: (tmp_path / "cpu_state").exists(), what="the CPU manager's checkpoint")
 
         # And static again: the CPU manager stops and releases its watch.
@@ -419,3 +420,33 @@ def test_the_nrt_publishes_what_the_cpu_manager_pins_per_zone(
     )
     fake_kube.delete("pods", "db", namespace="default")
     wait_for(lambda: held() == {"node0": {}, "node1": {}}, timeout=10, what="the CPUs released in the NRT")
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ((), "--report-load needs --policy FILE"),
+        (("--policy", "{tmp}/no-such-policy.yaml"), "--policy {tmp}/no-such-policy.yaml"),
+        (("--policy", "{tmp}/bad.yaml"), "spec.syncPolicy"),
+        (("--policy", "{tmp}/good.yaml", "--proc-root", "{tmp}"), "--proc-root {tmp}"),
+    ],
+)
+def test_report_load_flags_that_cannot_work_stop_the_agent_before_any_request(
+    fake_kube: FakeKube,
+    node_env: dict[str, Path],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    extra: tuple[str, ...],
+    says: str,
+) -> None:
+    (tmp_path / "bad.yaml").write_text(
+        "apiVersion: scheduler.policy.crane.io/v1alpha1\nspec:\n  syncPolicy: 3\n"
+    )
+    (tmp_path / "good.yaml").write_text(
+        "apiVersion: scheduler.policy.crane.io/v1alpha1\n"
+        "spec:\n  syncPolicy: [{name: cpu_usage_avg_5m, period: 3m}]\n"
+    )
+    argv = [a.format(tmp=tmp_path) for a in ("--report-load", *extra)]
+    assert run(agent_args(node_env, *argv)) == 2
+    assert says.format(tmp=tmp_path) in caplog.text
+    assert fake_kube.requests == []

@@ -12,6 +12,7 @@ node without load reporting leaves no pod watch behind).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from common.kube import Handler, Reflector
@@ -42,12 +43,15 @@ class NodePodWatch:
         )
 
     # ``common.kube.Reflector`` handler protocol
-    def replace(self, objects: list[dict[str, Any]], resource_version: str = "") -> None:
+    def replace(self, objects: Iterable[dict[str, Any]], resource_version: str = "") -> None:
+        # The Reflector hands a list over page by page, once through: read it whole before anything is
+        # replaced (a page that fails leaves every subscriber's state as it was), then hand each a copy.
+        listed = list(objects)
         with self._lock:
-            self._objects = {_uid(o): o for o in objects if _uid(o)}
+            self._objects = {_uid(o): o for o in listed if _uid(o)}
             self._synced = True
             for handler in self._subscribers:
-                handler.replace(list(objects), resource_version)
+                handler.replace(list(listed), resource_version)
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         uid = _uid(obj)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ class NodePods:
         return _Pod(PodRef(info.uid, info.namespace, info.name, info.qos), binding.when if binding else None)
 
     # ``common.kube.Reflector`` handler protocol
-    def replace(self, objects: list[dict[str, Any]], resource_version: str = "") -> None:
+    def replace(self, objects: Iterable[dict[str, Any]], resource_version: str = "") -> None:
         pods = {p.ref.uid: p for p in map(self._parse, objects) if p is not None}
         with self._lock:
             self._pods = pods

@@ -217,7 +217,7 @@ def test_one_pod_watch_serves_every_user_and_a_late_one_gets_the_list_first() ->
     watch = HandFed(object(), "n1")
     early, late = _Recording(), _Recording()
     watch.subscribe(early).start()
-    watch.replace([pod("a"), pod("b")])
+    watch.replace(iter([pod("a"), pod("b")]))  # once through, as the Reflector's pages arrive
     watch.apply("DELETED", pod("a"))
     watch.apply("ADDED", pod("c"))
     subscription = watch.subscribe(late)

@@ -16,6 +16,9 @@ victims), at growing sizes. API calls per cycle: the evictions and Events the do
 watch calls made by a cycle: none, by construction (the cycle reads the caches; the counting double would
 record any).
 
+``--memory`` measures the peak RSS of the production watches listing nodes and pods page by page from an API
+double (``bench.rebalancer_memory``: a fresh process, objects shaped like kube-apiserver's).
+
 ``--nodeloads`` measures memory with the agents' NodeLoads: every node has one, listing each of its pods
 with a measured usage (100 000 pods over 5000 nodes: 5000 NodeLoads of 20 pods). Each configuration runs
 in a fresh process (``--nodeloads-child``), without and with the NodeLoads, filling the caches as the
@@ -274,8 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="only the full size, default limits")
     ap.add_argument("--nodeloads", action="store_true", help="memory and cycle with and without NodeLoads")
     ap.add_argument("--nodeloads-child", choices=("0", "1"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--memory",
+        action="store_true",
+        help="peak RSS of the watches listing in pages, a fresh process per row (bench.rebalancer_memory)",
+    )
     args = ap.parse_args(argv)
     n, k = args.nodes, args.pods_per_node
+    if args.memory:
+        from bench import rebalancer_memory
+
+        return rebalancer_memory.main(["--nodes", str(n), "--pods-per-node", str(k)])
     if args.nodeloads_child is not None:
         import json
 

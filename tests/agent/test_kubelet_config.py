@@ -149,3 +149,10 @@ def test_bad_configz(body: object, why: str) -> None:
     with pytest.raises(KubeletConfigError) as err:
         parse_configz(body)  # type: ignore[arg-type]
     assert why in str(err.value)
+
+
+def test_the_cgroup_driver_is_read_for_the_load_reader() -> None:
+    assert parse_kubelet_config({}).cgroup_driver == "cgroupfs"  # the kubelet's default
+    assert parse_kubelet_config({"cgroupDriver": "systemd"}).cgroup_driver == "systemd"
+    with pytest.raises(KubeletConfigError, match="cgroupDriver"):
+        parse_kubelet_config({"cgroupDriver": "runc"})

@@ -243,3 +243,15 @@ def test_a_corrupt_checkpoint_is_set_aside_and_the_history_starts_empty(
     assert [p.read_bytes() for p in tmp_path.glob("load_history.corrupt-*")] == [content]
     HistoryCheckpoint(path).save(history)  # and the next save writes a good one in its place
     assert HistoryCheckpoint(path).load() is not None and path.exists()
+
+
+def test_without_the_kubelets_settings_the_driver_is_guessed_from_the_tree(tmp_path: Path) -> None:
+    from agent.load.loop import guess_driver
+
+    v1 = tmp_path / "v1"
+    (v1 / "cpu,cpuacct" / "kubepods.slice").mkdir(parents=True)
+    assert guess_driver(v1) == "systemd"
+    v2 = tmp_path / "v2"
+    (v2 / "kubepods" / "burstable").mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu memory\n")
+    assert guess_driver(v2) == "cgroupfs"

@@ -151,6 +151,19 @@ def test_the_agent_writes_its_nodes_annotations_and_nodeload_from_the_kernel(
             wait_until(
                 lambda: uid in nodeload_pods(kube, "load-a"), agent.server, "the pod in NodeLoad load-a"
             )
+            # The policy file changes (a ConfigMap volume swaps it in one step): the agent follows it.
+            changed = dict(POLICY, spec=dict(POLICY["spec"]))
+            changed["spec"]["syncPolicy"] = [
+                *POLICY["spec"]["syncPolicy"],
+                {"name": "mem_usage_max_avg_1d", "period": "3s"},
+            ]
+            (tmp_path / "next-policy.yaml").write_text(yaml.safe_dump(changed))
+            (tmp_path / "next-policy.yaml").replace(policy_file)
+            wait_until(
+                lambda: "mem_usage_max_avg_1d" in annotations(kube, "load-a"),
+                agent.server,
+                "the reloaded policy",
+            )
             started = time.monotonic()
             writes_before = agent.metric("ballast_agent_load_writes_total", object="nodeload")
             time.sleep(6)  # three report intervals: the write budget is counted over them

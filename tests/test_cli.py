@@ -167,3 +167,42 @@ def test_the_extender_resync_help_names_everything_it_relists() -> None:
     resync = flat[start : flat.index("--api-timeout duration", start)]
     for watched in ("nodes", "pods", "noderesourcetopologies"):
         assert watched in resync, resync
+
+
+def test_the_deprecated_quiet_access_flag_starts_the_extender_with_a_warning() -> None:
+    """Manifests written before ``--access-log`` pass ``--quiet-access``: the extender must still start
+    (quiet is the default now), say once that the flag is deprecated, and not offer it in ``--help``."""
+    import re
+    import time
+
+    assert "--quiet-access" not in _help("extender")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ballast",
+            "extender",
+            "--policy",
+            str(POLICY_FILE),
+            "--port",
+            "0",
+            "--quiet-access",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("listening on" in line for line in lines):
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+        text = "".join(lines)
+        assert re.search(r"listening on 127\.0\.0\.1:\d+", text), text
+        warnings = [line for line in lines if "--quiet-access is deprecated" in line]
+        assert len(warnings) == 1 and "WARNING" in warnings[0], text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -101,6 +101,11 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "and slow requests are logged, and a summary per minute",
     )
     p.add_argument(
+        "--quiet-access",
+        action="store_true",
+        help=argparse.SUPPRESS,  # deprecated no-op: quiet is the default; kept so old manifests still start
+    )
+    p.add_argument(
         "--slow-request",
         type=positive_seconds,
         default="100ms",
@@ -154,6 +159,11 @@ def run_extender(args: argparse.Namespace) -> int:
     from app.extender.main import create_app
     from common.kube import KubeConfigError, cluster_configured, connect
 
+    if args.quiet_access:
+        log.warning(
+            "--quiet-access is deprecated and does nothing: the access log is quiet by default "
+            "(--access-log turns the line per request on); remove the flag"
+        )
     try:
         policy = load_policy(args.policy)
     except PolicyError as exc:

@@ -98,3 +98,17 @@ def test_a_failed_call_is_one_attempt_with_no_urllib3_warnings(tmp_path: Path, c
         else:
             raise AssertionError("a refused connection cannot answer")
     assert [r for r in caplog.records if r.name.startswith("urllib3") and r.levelno >= logging.WARNING] == []
+
+
+def test_every_program_has_the_same_stall_bound_flag_and_default() -> None:
+    """``--watch-stall-timeout`` defaults to ``common.kube.WATCH_STALL_SECONDS`` (two minutes: twice the
+    bookmark interval) in every program that watches."""
+    from ballast.cli import build_parser
+    from common.cli import WATCH_STALL_DEFAULT, positive_seconds
+    from common.kube import WATCH_STALL_SECONDS
+
+    assert positive_seconds(WATCH_STALL_DEFAULT) == WATCH_STALL_SECONDS == 120.0
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for program in ("extender", "annotator", "rebalancer"):
+        flag = next(a for a in sub.choices[program]._actions if "--watch-stall-timeout" in a.option_strings)
+        assert positive_seconds(flag.default) == WATCH_STALL_SECONDS, program

@@ -230,9 +230,10 @@ def test_the_agent_gets_its_host_paths_and_nothing_else() -> None:
     pod = ds["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
-    assert {v["name"] for v in pod["volumes"]} - set(host) == {"result-key"}
+    assert {v["name"] for v in pod["volumes"]} - set(host) == {"result-key", "policy"}
     assert {v["path"]: v["type"] for v in host.values()} == {
         "/sys/devices/system": "Directory",
+        "/sys/fs/cgroup": "Directory",
         "/var/lib/kubelet/config.yaml": "File",
         "/run/containerd/containerd.sock": "Socket",
         "/var/lib/ballast": "DirectoryOrCreate",
@@ -243,6 +244,9 @@ def test_the_agent_gets_its_host_paths_and_nothing_else() -> None:
     args = cli.build_parser().parse_args(c["args"])
     # The agent reads and writes where the mounts put the host paths.
     assert mounts["/sys/devices/system"]["mountPath"] == str(args.sysfs / "devices" / "system")
+    assert mounts["/sys/fs/cgroup"]["mountPath"] == str(args.cgroup_root)
+    # The built-in load source is on: no Prometheus needed. Its history lives in the state directory.
+    assert args.report_load and args.policy == Path("/etc/ballast/policy.yaml")
     assert mounts["/var/lib/kubelet/config.yaml"]["mountPath"] == str(args.kubelet_config)
     assert args.cri_endpoint == "unix://" + mounts["/run/containerd/containerd.sock"]["mountPath"]
     assert args.cpu_state_file.parent == Path(mounts["/var/lib/ballast"]["mountPath"])
@@ -465,6 +469,20 @@ def test_kubectl_kustomize_renders_exactly_the_manifests(tmp_path: Path) -> None
         "template"]["spec"])} == {IMAGE}  # fmt: skip
 
 
+def test_the_prometheus_component_turns_the_agents_load_report_off(tmp_path: Path) -> None:
+    """With the annotator on, the agents stop writing load (one source per node), and nothing else about
+    them changes: they still publish topology and pin CPUs."""
+    default = get(render(), "DaemonSet", "ballast-agent")
+    with_annotator = get(render(with_prometheus(tmp_path)), "DaemonSet", "ballast-agent")
+    (before,) = default["spec"]["template"]["spec"]["containers"]
+    (after,) = with_annotator["spec"]["template"]["spec"]["containers"]
+    assert "--report-load" in before["args"]
+    assert after["args"] == [a for a in before["args"] if a != "--report-load"]
+    assert not cli.build_parser().parse_args(after["args"]).report_load
+    after["args"] = before["args"]
+    assert with_annotator == default
+
+
 RESULT_KEY_SECRET = "ballast-result-key"
 
 
@@ -591,7 +609,7 @@ def test_the_policy_reaches_running_pods_when_the_configmap_changes() -> None:
                     assert "subPath" not in mount, (
                         f"{w['metadata']['name']}/{c['name']} mounts the policy by subPath"
                     )
-    assert readers >= 2  # the extender and the annotator
+    assert readers >= 4  # the extender, the agent, the rebalancer and the annotator
 
 
 def test_the_scheduler_configmap_is_the_node_cache_config() -> None:

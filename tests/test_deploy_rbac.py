@@ -369,6 +369,8 @@ def agent_args(kubeconfig: Path, tmp_path: Path, *extra: str) -> Any:
     c = ballast_container(workload("DaemonSet", "ballast-agent")["spec"]["template"]["spec"], "agent")
     args = replace_flag(c["args"], "--sysfs", str(write_sysfs(tmp_path / "sys", TWO_SOCKETS_HT)))
     args = replace_flag(args, "--result-key-file", str(result_key_file(tmp_path)))
+    args = replace_flag(args, "--policy", str(policy_file(tmp_path)))
+    args = replace_flag(args, "--cgroup-root", "/sys/fs/cgroup")  # this machine's, read only
     kubelet = tmp_path / "kubelet.yaml"
     kubelet.write_text("kubeReserved: {cpu: '1'}\n")
     args += [
@@ -380,6 +382,10 @@ def agent_args(kubeconfig: Path, tmp_path: Path, *extra: str) -> Any:
         "0",
         "--resync",
         "50ms",
+        "--load-sample-interval",
+        "50ms",
+        "--load-report-interval",
+        "200ms",
         *extra,
     ]
     if "--kubelet-configz" not in extra:
@@ -415,10 +421,26 @@ def node_name_env(monkeypatch: pytest.MonkeyPatch) -> str:
     return NODE
 
 
+def register_nodeloads(fake: FakeKube) -> None:
+    """The NodeLoad CRD (scheduler_config/crd-nodeload.yaml), with its status subresource."""
+    fake.register_custom_resource("ballast.io", "v1alpha1", "nodeloads", "NodeLoad", status_subresource=True)
+
+
+def load_reported(fake: FakeKube) -> bool:
+    """The agent's load report reached the API: its Node's load annotations and its NodeLoad's status."""
+    node = fake.get("nodes", NODE) or {}
+    nodeload = fake.get("nodeloads.ballast.io", NODE) or {}
+    return "cpu_usage_avg_5m" in (node.get("metadata", {}).get("annotations") or {}) and bool(
+        nodeload.get("status")
+    )
+
+
 def test_agent_rbac_is_exactly_what_the_agent_calls(
     fake_kube: FakeKube, kubeconfig: Path, tmp_path: Path, node_name_env: str
 ) -> None:
-    """Publish (create, then patch on a label change), the CPU manager's pod watch, the Node read."""
+    """Publish (create, then patch on a label change), the CPU manager's pod watch, the Node read, and the
+    load report (--report-load): its Node's annotations, its NodeLoad created once, then its status."""
+    register_nodeloads(fake_kube)
     fake_kube.add(make_node(NODE))
     # Hold the Node watch's first list back: the first publish then reads the Node itself (GET).
     fake_kube.delay_next("GET", r"^/api/v1/nodes$", 1.0, watch=False)
@@ -432,13 +454,18 @@ def test_agent_rbac_is_exactly_what_the_agent_calls(
             fake_kube.patch("nodes", NODE, {"metadata": {"labels": {AWARENESS_KEY: "false"}}})
             state["relabelled"] = True
             return False
-        return bool(fake_kube.find_requests("PATCH", f"noderesourcetopologies/{NODE}$"))
+        return bool(fake_kube.find_requests("PATCH", f"noderesourcetopologies/{NODE}$")) and load_reported(
+            fake_kube
+        )
 
     run_agent_until(agent_args(kubeconfig, tmp_path), progressed)
     calls = calls_from(fake_kube.requests)
     assert ApiCall("get", "", "nodes", "", "", NODE) in calls
     assert ApiCall("watch", "", "nodes", "", "", NODE) in calls  # fieldSelector metadata.name=<node>
     assert ApiCall("create", "topology.crane.io", "noderesourcetopologies") in calls
+    assert ApiCall("patch", "", "nodes", "", "", NODE) in calls
+    assert ApiCall("create", "ballast.io", "nodeloads") in calls
+    assert ApiCall("patch", "ballast.io", "nodeloads", "status", "", NODE) in calls
     bindings = grants_for(DOCS, *service_account("DaemonSet", "ballast-agent"))
     assert bindings.builtin == []
     result = audit(calls, bindings.grants, EXEMPT)

@@ -11,7 +11,11 @@ wider than it should be.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import secrets
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +23,12 @@ from typing import Any
 import pytest
 import yaml
 
-from app.model.load_source import LOAD_ANNOTATION_KEYS, LOAD_SOURCE_KEY, agent_source
+from agent.load.history import CRANE_METRICS
+from app.model.annotations import HOT_VALUE_KEY
+from app.model.load_source import LOAD_ANNOTATION_KEYS, LOAD_SOURCE_KEY, MEASURED_METRICS, agent_source
 from common.kube import MERGE_PATCH, ApiError, Kube, load_api_client
 from common.nodeload import NODELOAD_PATH, new_object
-from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, wait_until
+from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, spawn, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +66,8 @@ def test_the_policy_admits_exactly_the_keys_the_code_writes() -> None:
     vap = next(d for d in yaml.safe_load_all(VAP.read_text()) if d["kind"] == "ValidatingAdmissionPolicy")
     allowed = next(v["expression"] for v in vap["spec"]["variables"] if v["name"] == "allowed")
     assert sorted(json.loads(allowed.replace("'", '"'))) == sorted(LOAD_ANNOTATION_KEYS)
+    # ... and those are what the agent's code can write: its metrics, the hot value and its stamp
+    assert set(LOAD_ANNOTATION_KEYS) == {*CRANE_METRICS, HOT_VALUE_KEY, LOAD_SOURCE_KEY}
     username = vap["spec"]["matchConditions"][0]["expression"]
     assert f"'system:serviceaccount:{NAMESPACE}:{ACCOUNT}'" in username
     sa = next(
@@ -114,12 +122,17 @@ def _claims(token: str) -> dict[str, Any]:
     return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
 
 
-@pytest.fixture
-def agent_on_a(cluster: ControlPlane, tmp_path: Path) -> Iterator[tuple[Kube, Kube]]:
-    """(the agent's client with a token bound to its pod on node-a, the admin's client)."""
+@contextlib.contextmanager
+def _agent_token_on_a(
+    cluster: ControlPlane, tmp_path: Path, *, overgrant: bool
+) -> Iterator[tuple[Path, Kube]]:
+    """The agent's account with the shipped RBAC (and, with ``overgrant``, more), the NodeLoad CRD, the
+    shipped admission policy, nodes A and B, the agent's pod bound to A: (a kubeconfig with the pod-bound
+    token, the admin's client)."""
     cluster.kubectl("apply", "-f", str(DEPLOY / "namespace.yaml"))
     cluster.kubectl("apply", "-f", str(DEPLOY / "agent-rbac.yaml"))
-    cluster.kubectl("apply", "-f", "-", input=OVERGRANT)
+    if overgrant:
+        cluster.kubectl("apply", "-f", "-", input=OVERGRANT)
     cluster.kubectl("apply", "-f", str(ROOT / "scheduler_config" / "crd-nodeload.yaml"))
     cluster.kubectl("wait", "--for=condition=Established", "crd/nodeloads.ballast.io", "--timeout=60s")
     cluster.kubectl("apply", "-f", str(VAP))
@@ -138,18 +151,27 @@ def agent_on_a(cluster: ControlPlane, tmp_path: Path) -> Iterator[tuple[Kube, Ku
         token = _request_token(admin, pod)
         # kube-apiserver put the pod's node into the token (ServiceAccountTokenPodNodeInfo, on by default)
         assert _claims(token)["kubernetes.io"]["node"]["name"] == "node-a"
-        agent = Kube(load_api_client(str(_token_kubeconfig(cluster, tmp_path / "agent.kubeconfig", token))))
+        yield _token_kubeconfig(cluster, tmp_path / "agent.kubeconfig", token), admin
+    finally:
+        cluster.kubectl("delete", "-f", str(VAP), "--ignore-not-found")
+        if overgrant:
+            cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=OVERGRANT)
+        cluster.kubectl("delete", "nodeloads", "--all", "--ignore-not-found")
+        cluster.kubectl("delete", "pods", "-n", NAMESPACE, "--all", "--grace-period=0", "--force")
+
+
+@pytest.fixture
+def agent_on_a(cluster: ControlPlane, tmp_path: Path) -> Iterator[tuple[Kube, Kube]]:
+    """(the agent's client with a token bound to its pod on node-a, the admin's client), with RBAC wider
+    than the shipped role."""
+    with _agent_token_on_a(cluster, tmp_path, overgrant=True) as (kubeconfig, admin):
+        agent = Kube(load_api_client(str(kubeconfig)))
         review = agent.create(
             "/apis/authentication.k8s.io/v1/selfsubjectreviews",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
         )
         assert review["status"]["userInfo"]["extra"][NODE_NAME_EXTRA] == ["node-a"]
         yield agent, admin
-    finally:
-        cluster.kubectl("delete", "-f", str(VAP), "--ignore-not-found")
-        cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=OVERGRANT)
-        cluster.kubectl("delete", "nodeloads", "--all", "--ignore-not-found")
-        cluster.kubectl("delete", "pods", "-n", NAMESPACE, "--all", "--grace-period=0", "--force")
 
 
 def _try(call: Any) -> str:
@@ -245,3 +267,52 @@ def test_a_token_not_bound_to_a_node_may_write_nothing(
     assert why.startswith("403") and "no node name in its token" in why, why
     # others (the admin here) are not affected
     admin.merge_patch("/api/v1/nodes/node-a", {"metadata": {"labels": {"x": "y"}}})
+
+
+def test_the_shipped_agent_reports_its_load_under_the_shipped_rbac_and_policy(
+    cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """The DaemonSet's own arguments (--report-load, the shipped policy), the shipped ClusterRole and the
+    admission policy, a pod-bound token: everything the real agent writes for its node is admitted, by the
+    real RBAC authorizer and the policy alike (a key the policy did not list would stop its patch)."""
+    ds = next(d for d in yaml.safe_load_all((DEPLOY / "agent.yaml").read_text()) if d)
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    args = list(container["args"])
+    assert "--report-load" in args
+    config_map = next(d for d in yaml.safe_load_all((DEPLOY / "policy.yaml").read_text()) if d)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(config_map["data"]["policy.yaml"])
+    kubelet = tmp_path / "kubelet-config.yaml"
+    kubelet.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+    key = tmp_path / "result-key"
+    key.write_text(secrets.token_hex(32))
+    for flag, value in (
+        ("--policy", str(policy)), ("--cgroup-root", "/sys/fs/cgroup"), ("--sysfs", "/sys"),
+        ("--result-key-file", str(key)),
+    ):  # fmt: skip
+        args[args.index(flag) + 1] = value
+    cluster.kubectl("apply", "-f", str(ROOT / "scheduler_config" / "crd-noderesourcetopology.yaml"))
+    with _agent_token_on_a(cluster, tmp_path, overgrant=False) as (kubeconfig, admin):
+        argv = [sys.executable, "-m", "ballast", *args, "--node-name", "node-a",
+                "--kubeconfig", str(kubeconfig), "--kubelet-config", str(kubelet), "--cpu-manager", "off",
+                "--cpu-state-file", str(tmp_path / "state" / "cpu_manager_state"), "--metrics-port", "0",
+                "--load-sample-interval", "1s", "--load-report-interval", "2s"]  # fmt: skip
+        assert cluster.workdir
+        agent = spawn("ballast-agent-node-a", argv, cluster.workdir, env=dict(os.environ))
+        try:
+
+            def reported() -> bool:
+                notes = admin.get("/api/v1/nodes/node-a")["metadata"].get("annotations") or {}
+                try:
+                    status = admin.get(f"{NODELOAD_PATH}/node-a").get("status")
+                except ApiError:
+                    return False
+                return bool(status) and {*MEASURED_METRICS, LOAD_SOURCE_KEY} <= notes.keys()
+
+            wait_until(reported, agent, "the agent's load annotations and NodeLoad on node-a")
+        finally:
+            agent.stop()
+        notes = admin.get("/api/v1/nodes/node-a")["metadata"]["annotations"]
+        assert notes[LOAD_SOURCE_KEY] == "agent/node-a" and notes["team"] == "a"
+        assert " 403 " not in agent.tail(400), agent.tail(40)
+        assert not (admin.get("/api/v1/nodes/node-b")["metadata"].get("annotations") or {})

@@ -247,3 +247,92 @@ def test_memo_never_keeps_a_verdict_older_than_the_node() -> None:
     board.update(["n"], NOW)
     assert memo.failed == {}
     assert board.memo(250, 0, round(NOW) + 1) is not memo  # a new second starts over
+
+
+def _standing(d) -> tuple:
+    """What a request reads of a node's standing verdict (a missing value's check carries the time it was
+    worked out, which no answer reads)."""
+
+    def checks(cs) -> list[tuple]:
+        return [dataclasses.replace(c, timestamp=0.0) if c.resource == 3 else c for c in cs]
+
+    return (
+        d.blocked,
+        d.score,
+        d.cpu_room,
+        d.memory_room,
+        d.projection,
+        d.until,
+        d.units,
+        checks(d.checks),
+        checks(d.prod_checks),
+    )
+
+
+@given(
+    specs=st.lists(node_st, min_size=1, max_size=4),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["hold", "bind-there", "bind-elsewhere", "forget"]),
+            st.integers(0, 5),
+            st.integers(0, 3),
+            pod_st,
+            st.floats(0, 200),
+        ),
+        max_size=12,
+    ),
+)
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+def test_a_board_following_the_ledger_equals_a_recomputation(specs, ops) -> None:
+    """Holds, binds (on the hold's node and elsewhere) and forgets with time moving on: after each, every
+    node's standing verdict on the board (kept when the change moved nothing it depends on, else worked out
+    again) equals one worked out from scratch, expiry included."""
+    clock = [NOW]
+    loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
+    ledger = Ledger(POLICY, clock=lambda: clock[0])
+    board = VerdictBoard(loads.get, lambda: POLICY, ledger)
+    ledger.listeners.append(lambda nodes: board.update(nodes, clock[0], estimates_only=True))
+    board.rebuild(list(loads), clock[0])
+    for op, pod, node, (cpu, mem), dt in ops:
+        clock[0] += dt
+        p, name = info(f"p{pod}", cpu, mem), f"n{node % len(loads)}"
+        held = ledger.known(p.uid)
+        if op == "hold":
+            ledger.hold(p, name, clock[0])
+        elif op == "bind-there" and held is not None:
+            ledger.bound(None, p.uid, held.node, clock[0], p.uid, size=(held.cpu_milli, held.memory_bytes))
+        elif op == "bind-elsewhere":
+            ledger.bound(p, p.uid, name, clock[0], p.uid)
+        elif op == "forget":
+            ledger.forget(p.uid)
+        board.refresh(clock[0])
+        for n, load in loads.items():
+            assert _standing(board.derived[n]) == _standing(derive(load, POLICY, ledger, clock[0])), n
+
+
+def test_a_bind_on_the_node_of_its_hold_works_nothing_out_again(monkeypatch) -> None:
+    """The bind of a pod where its hold is moves an estimate of the same size from hold to placement: the
+    node's verdicts, score and rooms stand (only their expiry moves), and the board works nothing out."""
+    from app.model import verdicts
+
+    clock = [NOW]
+    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})
+    ledger = Ledger(POLICY, clock=lambda: clock[0])
+    board = VerdictBoard({"n": load}.get, lambda: POLICY, ledger)
+    ledger.listeners.append(lambda nodes: board.update(nodes, clock[0], estimates_only=True))
+    board.rebuild(["n"], clock[0])
+    ledger.hold(info("p", 500, 1 << 20), "n", clock[0])
+    held, generation = board.derived["n"], board.generation
+    worked_out = []
+    monkeypatch.setattr(verdicts, "derive", lambda *a: worked_out.append(a) or derive(*a))
+    clock[0] += 1
+    hold = ledger.known("p")
+    assert hold is not None
+    ledger.bound(None, "p", "n", clock[0], "ns/p", size=(hold.cpu_milli, hold.memory_bytes))  # as bind does
+    assert worked_out == [] and board.generation == generation
+    d = board.derived["n"]
+    assert (d.score, d.cpu_room, d.blocked) == (held.score, held.cpu_room, held.blocked)
+    assert d.until == derive(load, POLICY, ledger, clock[0]).until > held.until  # the placement stays longer
+    clock[0] = d.until
+    board.refresh(clock[0])  # the expiry still comes: the node is worked out again
+    assert len(worked_out) == 1 and board.derived["n"].checks == ()  # the 5m value went stale

@@ -144,11 +144,11 @@ class Extender:
                 lambda nodes: (
                     board.defer(nodes)
                     if getattr(self._answering, "on", False)
-                    else board.update(nodes, self.clock())
+                    else board.update(nodes, self.clock(), estimates_only=True)
                 )
             )
         else:
-            self.ledger.listeners.append(lambda nodes: board.update(nodes, self.clock()))
+            self.ledger.listeners.append(lambda nodes: board.update(nodes, self.clock(), estimates_only=True))
         return board
 
     def answering(self, verb: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

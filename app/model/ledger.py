@@ -229,9 +229,13 @@ class Ledger:
     def standing(self, load: NodeLoad, now: float) -> tuple[list[Estimate], dict[str, int], dict[str, float]]:
         """The node's live estimates and what they add per metric, as amounts (``units``) and as ratios
         (``extra``), from one read of the index: what the verdict board recomputes a node from."""
-        estimates = self.on_node(load.name)
-        counted = estimation.units(load, self._plan, estimates, now)
+        estimates, counted = self.standing_units(load, now)
         return estimates, counted, estimation.extra(load, self._plan, counted)
+
+    def standing_units(self, load: NodeLoad, now: float) -> tuple[list[Estimate], dict[str, int]]:
+        """The node's live estimates and what they add per metric, as amounts (``units``)."""
+        estimates = self.on_node(load.name)
+        return estimates, estimation.units(load, self._plan, estimates, now)
 
     def extra(
         self,

@@ -31,6 +31,7 @@ holds a verdict older than the node's standing one.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import math
@@ -43,6 +44,7 @@ from itertools import filterfalse
 import orjson
 
 from app.model.annotations import HOT_VALUE_VALID_SECONDS, fresh
+from app.model.estimation import Estimate
 from app.model.ledger import Ledger
 from app.model.load import (
     MAX_EXTENDER_SCORE,
@@ -108,6 +110,12 @@ class Derived:
     """(projected load with the node's estimates, its growth per millicore, per byte)."""
     prod_checks: tuple[Check, ...] = ()
     """The checks against the node's prod limits (the same tuple when prod changes nothing here)."""
+    units: dict[str, int] | None = None
+    """The estimated amounts per metric everything above was worked out from (``Ledger.standing``)."""
+    steady_until: float = math.inf
+    """``until`` without the estimates' expiries: when a value or the hot value goes stale."""
+    policy: Policy | None = None
+    """The policy it was worked out under."""
 
 
 def _checks(
@@ -156,12 +164,9 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
     hot = fresh(load.hot, HOT_VALUE_VALID_SECONDS, now)
     if hot is not None:
         until = min(until, hot.expires_at(HOT_VALUE_VALID_SECONDS))
-    for e in estimates:
-        ttl = policy.estimation.tentative_ttl if e.tentative else ledger.shortest_ttl
-        until = min(until, e.at + ttl)
     return Derived(
         load,
-        until,
+        min(until, estimates_until(estimates, policy, ledger)),
         rooms["cpu"],
         rooms["memory"],
         blocked,
@@ -169,7 +174,35 @@ def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derive
         checks,
         projection,
         prod_checks,
+        units,
+        until,
+        policy,
     )
+
+
+def estimates_until(estimates: Iterable[Estimate], policy: Policy, ledger: Ledger) -> float:
+    """When the first of these estimates leaves the ledger (a hold after the tentative TTL, a placement
+    after the shortest metric TTL, which is when it may stop counting)."""
+    tentative_ttl, bound_ttl = policy.estimation.tentative_ttl, ledger.shortest_ttl
+    return min((e.at + (tentative_ttl if e.tentative else bound_ttl) for e in estimates), default=math.inf)
+
+
+def restand(d: Derived, load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived | None:
+    """``d`` still standing after the node's estimates changed, when the change moves nothing it was worked
+    out from, else ``None`` (recompute). Everything in a ``Derived`` follows from the Node's values, the
+    policy, the estimated amounts counted per metric and, through freshness alone, the time (until
+    ``d.until``); so when the node and the policy are the same objects, ``d`` has not expired and the
+    counted amounts are equal, only ``until`` may move (the new estimates expire at other times).
+
+    The common case is the bind of a pod on the node its hold was on: the hold becomes a placement of the
+    same size, counted for the same metrics, and the node's verdicts, score and rooms do not change."""
+    if d.units is None or d.load is not load or d.policy is not policy or now >= d.until:
+        return None
+    estimates, units = ledger.standing_units(load, now)
+    if units != d.units:
+        return None
+    until = min(d.steady_until, estimates_until(estimates, policy, ledger))
+    return d if until == d.until else dataclasses.replace(d, until=until)
 
 
 _SCORES = tuple(f"{n}}}".encode() for n in range(MAX_EXTENDER_SCORE + 1))
@@ -279,13 +312,39 @@ class VerdictBoard:
             memo.failed.update(failed)
             memo.passed.update(passed)
 
-    def _set(self, name: str, now: float) -> None:
+    def _set(self, name: str, now: float, estimates_only: bool = False) -> None:
         """Recompute one node (under the lock). The memos forget it and the generation moves only after
-        the new standing verdict is in place, so a request that read the old one cannot record it."""
+        the new standing verdict is in place, so a request that read the old one cannot record it.
+
+        ``estimates_only``: only the node's estimates changed (the ledger says so); when that changes
+        nothing the standing verdict was worked out from (``restand``), it stands, with its expiry moved,
+        and nothing already worked out from it needs forgetting."""
+        if estimates_only and self._restand(name, now):
+            return
         self._derive(name, now)
         self.generation += 1
         for memo in self._memos.values():
             memo.forget(name)
+
+    def _restand(self, name: str, now: float) -> bool:
+        d = self.derived.get(name)
+        if d is None:
+            return False
+        load = self._lookup(name)
+        if load is None:
+            return False
+        try:
+            kept = restand(d, load, self._policy(), self.ledger, now)
+        except Exception:
+            return False  # the full recomputation decides (and logs)
+        if kept is None:
+            return False
+        if kept is not d:
+            self.derived[name] = kept
+            if kept.until != math.inf:
+                heapq.heappush(self._heap, (kept.until, name))
+                self.next_until = self._heap[0][0]
+        return True
 
     def _derive(self, name: str, now: float) -> None:
         load = self._lookup(name)
@@ -326,9 +385,9 @@ class VerdictBoard:
             self.next_until = self._heap[0][0]
 
     def defer(self, names: Iterable[str]) -> None:
-        """Note these nodes as changed without recomputing them yet: the next ``settle`` or ``refresh``
-        (which every read of the board starts with) does. Meanwhile nothing already worked out about them
-        is used: the memos forget them and the generation moves, as on a recomputation."""
+        """Note these nodes' estimates as changed without recomputing them yet: the next ``settle`` or
+        ``refresh`` (which every read of the board starts with) does. Meanwhile nothing already worked out
+        about them is used: the memos forget them and the generation moves, as on a recomputation."""
         with self._lock:
             for name in names:
                 self._pending.add(name)
@@ -337,19 +396,20 @@ class VerdictBoard:
             self.generation += 1
 
     def settle(self, now: float) -> None:
-        """Recompute the nodes ``defer`` noted."""
+        """Recompute the nodes ``defer`` noted (only their estimates changed)."""
         if not self._pending:
             return
         with self._lock:
             pending, self._pending = self._pending, set()
             for name in pending:
-                self._set(name, now)
+                self._set(name, now, estimates_only=True)
 
-    def update(self, names: Iterable[str], now: float) -> None:
-        """Recompute these nodes now (a watch event or an estimate changed them)."""
+    def update(self, names: Iterable[str], now: float, estimates_only: bool = False) -> None:
+        """Recompute these nodes now (a watch event or, with ``estimates_only``, an estimate changed
+        them)."""
         with self._lock:
             for name in names:
-                self._set(name, now)
+                self._set(name, now, estimates_only)
 
     def rebuild(self, names: Iterable[str], now: float) -> None:
         """Recompute everything (a relist or a policy change)."""

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.extender.main import create_app
 from app.model.policy import load_policy
 from common.kube import ApiError, Kube, Reflector, load_api_client
+from tests.annotator.test_run import prom  # noqa: F401 (a fixture)
 from tests.conftest import POLICY_FILE, wait_for
 
 
@@ -112,3 +113,33 @@ def test_every_program_has_the_same_stall_bound_flag_and_default() -> None:
     for program in ("extender", "annotator", "rebalancer"):
         flag = next(a for a in sub.choices[program]._actions if "--watch-stall-timeout" in a.option_strings)
         assert positive_seconds(flag.default) == WATCH_STALL_SECONDS, program
+
+
+def test_the_annotator_readyz_tells_a_watch_that_sent_nothing_for_the_stall_bound(
+    prom,
+    fake_kube,
+    kubeconfig: Path,
+    tmp_path: Path,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """The fake API server sends a bookmark a minute; with a bound of 1 s, the quiet bound-pods watch counts
+    as stalled: /readyz says which watch, and the watch is relisted (the stall is counted)."""
+    from tests.annotator.helpers import add_node
+    from tests.annotator.prom import free_port
+    from tests.annotator.test_run import FAST_POLICY, NODES, Replica, run_args, scrape
+
+    for name, ip in NODES.items():
+        add_node(fake_kube, name, ip)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(FAST_POLICY)
+    port = free_port()
+    args = run_args(prom.url, kubeconfig, policy, "--metrics-port", str(port), "--watch-stall-timeout", "1s")
+    replica = Replica(args).start()
+    try:
+        r = wait_for(
+            lambda: (r := scrape(port, "/readyz")).status_code == 503 and "stalled" in r.text and r,
+            timeout=20,
+            what="readyz 503 naming a stalled watch",
+        )
+        assert "pods" in r.text, r.text
+    finally:
+        assert replica.shutdown() == 0

@@ -496,3 +496,16 @@ def test_label_and_annotation_changes_arrive_through_the_node_watch(fake_kube, k
         assert c.post("/filter", json=body).json()["NodeNames"] == ["n"]
         shown = c.get("/nodes/n").json()["limits"]["annotation"]
         assert shown["ignored"] is True and "expected a JSON object" in shown["reason"]
+
+
+def test_a_score_on_an_exact_half_rounds_the_same_on_the_board_and_in_the_oracle() -> None:
+    """A case hypothesis found: n2's rank lands on an exact .5, and the board's sum and the oracle's
+    differ by float noise; rounding half up must not split them into 4 and 3."""
+    values = [
+        {"cpu_usage_avg_5m": None, "mem_usage_avg_5m": None},
+        {"cpu_usage_avg_5m": None, "mem_usage_avg_5m": 0.0},
+        {"cpu_usage_avg_5m": 0.0, "mem_usage_avg_5m": 0.1875},
+        {"cpu_usage_avg_5m": 0.1875, "mem_usage_avg_5m": None},
+    ]
+    specs = [{"labels": {}, "overrides": None, "values": {**v, "cpu_usage_max_avg_1h": None}} for v in values]
+    test_board_equals_the_oracle_with_pools.hypothesis.inner_test("relative", specs, [(None, 0)])

@@ -239,6 +239,9 @@ def pod_slope(load: NodeLoad, policy: Policy, now: float) -> tuple[float, float]
 
 _TIE = 1e-9
 """Loads closer than this are equal (float noise must not split a tie into 10 and 7)."""
+_HALF_UP = 0.5 + _TIE
+"""Rounding half up, with the same tolerance: the same load reached by two sums in another order (the
+verdict board's slope against the ledger's per-metric sum) lands on either side of an exact .5."""
 
 RUNNER_UP = 7
 """The highest score of a candidate that is not the least loaded one. kube-scheduler adds
@@ -269,7 +272,9 @@ def relative_scores(loads: Sequence[float | None]) -> list[int]:
     tied = best + _TIE
     floor = math.floor
     if complete:
-        return [MAX_EXTENDER_SCORE if x <= tied else floor((top - x) * scale + 0.5) for x in loads]
+        return [MAX_EXTENDER_SCORE if x <= tied else floor((top - x) * scale + _HALF_UP) for x in loads]
+    half = _HALF_UP
     return [
-        0 if x is None else MAX_EXTENDER_SCORE if x <= tied else floor((top - x) * scale + 0.5) for x in loads
+        0 if x is None else MAX_EXTENDER_SCORE if x <= tied else floor((top - x) * scale + half)
+        for x in loads
     ]

@@ -14,7 +14,6 @@ The CPU manager (``agent.manager.CPUManager``) runs only while the published NRT
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
@@ -44,7 +43,7 @@ from agent.topology import CPUTopology, TopologyError
 from agent.topology_sysfs import read_topology
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.health import HealthServer, Probe
-from common.kube import Kube, KubeConfigError, Reflector, load_api_client
+from common.kube import Kube, KubeConfigError, Reflector, connect
 from common.seal import SealKeyError, load_key
 
 __all__ = ["CPUManagerSupervisor", "published_probe", "run"]
@@ -313,12 +312,11 @@ def run(
             log.error("%s", e)
             return 2
     try:
-        api_client = load_api_client(args.kubeconfig, user_agent=f"ballast-agent/{__version__}")
+        kube = connect(args.kubeconfig, f"ballast-agent/{__version__}")
     except KubeConfigError as e:
         log.error("%s", e)
         return 2
 
-    kube = Kube(api_client)
     registry = CollectorRegistry()
     metrics = PublisherMetrics(registry)
     source: KubeletSource
@@ -361,7 +359,7 @@ def run(
             name="agent-health",
         )
         if server is None:
-            api_client.close()
+            kube.close()
             return 1
 
     node_watch = Reflector(
@@ -407,7 +405,6 @@ def run(
         pod_watch.stop()
         if server is not None:
             server.close()
-        with contextlib.suppress(Exception):
-            api_client.close()
+        kube.close()
     log.info("agent stopped")
     return 0

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from agent.load.metrics import LoadMetrics
 from agent.metrics import CPUManagerMetrics
 from agent.publisher import PublisherMetrics
 from app.annotator.metrics import AnnotatorMetrics
@@ -95,6 +96,7 @@ def exported() -> set[str]:
     agent = CollectorRegistry()
     CPUManagerMetrics(agent)
     PublisherMetrics(agent)
+    LoadMetrics(agent)
     names: set[str] = set()
     for registry in (
         ExtenderMetrics().registry,

@@ -223,7 +223,7 @@ def _pinned_by_the_agent(pods: list[dict], key: bytes | None = None) -> tuple[Me
 
 
 def test_extender_and_agent_agree_on_pods_without_a_trusted_result() -> None:
-    """The pods the agent pins on its own choice (issue 21, item 3): a Guaranteed pod of the default
+    """The pods the agent pins on its own choice: a Guaranteed pod of the default
     scheduler, a pod created with ``nodeName``, an unsealed result (with a key), a malformed result, a
     result of an untrusted scheduler. With the agent's assignments published per zone in the NRT, the
     extender counts exactly what the agent holds in every zone."""

@@ -48,7 +48,7 @@ class Sample:
     mem_bytes: int
     pods: dict[str, PodSample] = field(default_factory=dict)
     skipped: int = 0
-    """Pods whose cgroup could not be read this round."""
+    """Pods whose cgroup could not be read in this sample."""
 
 
 class Sampler:

@@ -30,7 +30,6 @@ Dry runs rebuild from ``RebalanceDryRun`` Events, real runs from the others: the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +38,7 @@ from typing import Any
 import orjson
 
 from app.rebalancer.evictor import ANNOTATION, COMPONENT, DONE, DRY, INTENT, UNKNOWN_REASON
+from common.numbers import finite
 
 __all__ = ["SETTLE", "Promise", "from_events", "parse_time"]
 
@@ -73,16 +73,6 @@ def parse_time(value: Any) -> float | None:
     if parsed.tzinfo is None:
         return None
     return parsed.timestamp()
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        out = float(value)
-    except OverflowError:
-        return None
-    return out if math.isfinite(out) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +113,7 @@ def _record(event: Any, dry_run: bool) -> _Record | None:
     if not all(isinstance(f, str) and f for f in fields):
         return None
     created = parse_time(meta.get("creationTimestamp"))
-    writer_at = _finite(data.get("at"))
+    writer_at = finite(data.get("at"))
     if created is None or writer_at is None:
         return None
     uid, namespace, name, reason, node, workload = fields

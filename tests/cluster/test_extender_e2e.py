@@ -81,7 +81,8 @@ class Extender:
         argv = [sys.executable, "-m", "ballast", "extender",
                 "--host", "127.0.0.1", "--port", str(self.port), "--policy", str(self.policy),
                 "--kubeconfig", str(self.cp.kubeconfig), "--policy-poll", "0"]  # fmt: skip
-        self.server = spawn(f"ballast-extender-{self.starts}", argv, self.cp.workdir, env=dict(os.environ))
+        name = f"ballast-extender-{self.port}-{self.starts}"  # one log per start, not shared by two extenders
+        self.server = spawn(name, argv, self.cp.workdir, env=dict(os.environ))
 
         def ready() -> bool:
             with urllib.request.urlopen(f"{self.url}/readyz", timeout=5) as resp:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import random
-import sys
 import threading
 import time
 import urllib.request
@@ -32,7 +30,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from common.nodeload import GROUP, PLURAL, VERSION, NodeLoadStatus, PodUsage, new_object, render_status
-from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, spawn, wait_until
+from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, wait_until
 from tests.cluster.test_extender_e2e import SCHEDULER, Extender, scheduler_config
 from tests.cluster.test_rebalancer_e2e import (  # noqa: F401 (kcm and running are fixtures)
     NS,
@@ -185,35 +183,13 @@ def policy_file(path: Path, predicate_limit: float = 0.65, **rebalance: Any) -> 
     return path
 
 
-class PolicyExtender(Extender):
-    """The extender on a policy of the test's own (the scenario's filter limit)."""
-
-    def __init__(self, cp: ControlPlane, policy: Path) -> None:
-        super().__init__(cp)
-        self.policy = policy
-
-    def start(self) -> None:
-        assert self.cp.workdir
-        self.starts += 1
-        argv = [sys.executable, "-m", "ballast", "extender", "--host", "127.0.0.1", "--port",
-                str(self.port), "--policy", str(self.policy), "--kubeconfig", str(self.cp.kubeconfig),
-                "--policy-poll", "0"]  # fmt: skip
-        self.server = spawn(f"ballast-extender-{self.port}", argv, self.cp.workdir, env=dict(os.environ))
-
-        def ready() -> bool:
-            with urllib.request.urlopen(f"{self.url}/readyz", timeout=5) as resp:
-                return resp.status == 200
-
-        wait_until(ready, self.server, "ballast extender /readyz")
-
-
 @pytest.fixture
-def scheduled(crd: ControlPlane) -> Iterator[Callable[[Path], PolicyExtender]]:
+def scheduled(crd: ControlPlane) -> Iterator[Callable[[Path], Extender]]:
     """Start the extender on a policy, and kube-scheduler calling it the shipped way."""
-    started: list[PolicyExtender] = []
+    started: list[Extender] = []
 
-    def start(policy: Path) -> PolicyExtender:
-        ext = PolicyExtender(crd, policy)
+    def start(policy: Path) -> Extender:
+        ext = Extender(crd, policy)
         ext.start()
         started.append(ext)
         crd.start_scheduler(scheduler_config(ext.url))
@@ -283,7 +259,7 @@ SEED = 30
 
 def test_measured_usage_relieves_hot_nodes_within_1_2x_the_minimum_evictions(
     crd: ControlPlane,
-    scheduled: Callable[[Path], PolicyExtender],
+    scheduled: Callable[[Path], Extender],
     running: list[Rebalancer],  # noqa: F811
     agents: list[LoadAgent],
     tmp_path: Path,
@@ -345,7 +321,7 @@ def test_measured_usage_relieves_hot_nodes_within_1_2x_the_minimum_evictions(
 @pytest.mark.parametrize("nodeloads", [False, True], ids=["estimated", "measured"])
 def test_no_ping_pong_each_pod_moves_at_most_once(
     crd: ControlPlane,
-    scheduled: Callable[[Path], PolicyExtender],
+    scheduled: Callable[[Path], Extender],
     running: list[Rebalancer],  # noqa: F811
     agents: list[LoadAgent],
     tmp_path: Path,

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
 from common.durations import format_duration, parse_duration
 from common.quantity import QuantityError, format_quantity, parse_quantity
+from common.timestamps import format_rfc3339, parse_rfc3339
 
 GROUP = "ballast.io"
 VERSION = "v1alpha1"
@@ -70,11 +70,6 @@ class NodeLoadStatus:
         return {p.uid: p for p in self.pods}
 
 
-def format_time(when: float) -> str:
-    """RFC 3339 UTC at second precision: ``2026-11-25T20:00:00Z``."""
-    return datetime.fromtimestamp(int(when), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def format_cpu(cores: float) -> str:
     """Cores as a quantity in whole millicores (``"450m"``, ``"3200m"``, ``"2"``)."""
     return format_quantity(Fraction(max(0, round(cores * 1000)), 1000))
@@ -88,7 +83,7 @@ def format_memory(nbytes: int) -> str:
 def render_status(status: NodeLoadStatus) -> dict[str, Any]:
     """The ``status`` object the agent writes."""
     return {
-        "updateTime": format_time(status.update_time),
+        "updateTime": format_rfc3339(status.update_time),
         "window": format_duration(status.window),
         "node": {"cpu": format_cpu(status.node_cpu), "memory": format_memory(status.node_memory)},
         "pods": [
@@ -113,14 +108,7 @@ def new_object(node_name: str, node_uid: str | None) -> dict[str, Any]:
 
 
 def _time(raw: object) -> float | None:
-    if not isinstance(raw, str) or not raw or len(raw) > 64:
-        return None
-    text = raw[:-1] + "+00:00" if raw[-1] in "zZ" else raw
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed.timestamp() if parsed.tzinfo is not None else None
+    return parse_rfc3339(raw) if isinstance(raw, str) and len(raw) <= 64 else None
 
 
 def _quantity(raw: object, ceiling: float) -> Fraction | None:

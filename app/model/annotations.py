@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import datetime, tzinfo
+
+from common.timestamps import format_rfc3339, parse_rfc3339
 
 HOT_VALUE_KEY = "node_hot_value"
 HOT_VALUE_VALID_SECONDS = 300.0
@@ -72,19 +74,14 @@ def parse_timestamp(text: str, legacy_zone: tzinfo | None = None) -> float | Non
     s = text.strip()
     if not s:
         return None
-    try:
-        if legacy_zone is not None and _LEGACY.match(s):
+    if legacy_zone is not None and _LEGACY.match(s):
+        try:
             naive = datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ")
-            return naive.replace(tzinfo=legacy_zone).timestamp()
-        if s[-1] in "zZ":
-            s = s[:-1] + "+00:00"
-        parsed = datetime.fromisoformat(s)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        # RFC 3339 requires an offset; a bare local time is ambiguous, so it carries no information.
-        return None
-    return parsed.timestamp()
+        except ValueError:
+            return None
+        return naive.replace(tzinfo=legacy_zone).timestamp()
+    # RFC 3339 requires an offset; a bare local time is ambiguous, so it carries no information.
+    return parse_rfc3339(s)
 
 
 def parse_sample(raw: object, legacy_zone: tzinfo | None = None) -> Sample | None:
@@ -143,7 +140,7 @@ def read_sample(
 
 def format_timestamp(when: float) -> str:
     """RFC 3339 UTC at second precision, the form Ballast writes: ``2026-11-22T07:00:00Z``."""
-    return datetime.fromtimestamp(int(when), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_rfc3339(when)
 
 
 def format_load(ratio: float, when: float) -> str:

@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from app.model.annotations import fresh
 from app.model.nodestate import NodeLoad
 from app.model.rebalance_policy import RebalanceSettings
+from common.timestamps import format_rfc3339
 
 __all__ = ["MOVED_MEMORY", "Counts", "HotMetric", "Reading", "Tracker", "read_node"]
 
@@ -94,10 +94,6 @@ class Counts:
     ``consecutiveAbnormal`` hot cycles of the current abnormal run."""
 
 
-def _iso(when: float) -> str:
-    return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class Tracker:
     """Per-node cycle counts and the post-eviction wait; lives as long as the process (a new leader
     starts counting from zero, which only delays action)."""
@@ -150,8 +146,8 @@ class Tracker:
         if seen >= need:
             return None
         return (
-            f"moved here (placed {_iso(placed)}, after its workload's eviction): waits until {node} reads "
-            f"hot for {need} cycles on measurements newer than its arrival ({seen} so far)"
+            f"moved here (placed {format_rfc3339(placed)}, after its workload's eviction): waits until "
+            f"{node} reads hot for {need} cycles on measurements newer than its arrival ({seen} so far)"
         )
 
     def retain(self, names: Iterable[str]) -> None:

@@ -34,6 +34,7 @@ import orjson
 
 from app.rebalancer.plan import Choice
 from common.kube import ApiError, Kube, path_for
+from common.timestamps import format_rfc3339
 
 __all__ = [
     "ANNOTATION",
@@ -69,10 +70,6 @@ class Evicted:
     result: str
     error: ApiError | None = None
     retry_after: float = 0.0
-
-
-def _micro(when: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
 def _retry_after(exc: ApiError) -> float:
@@ -193,7 +190,7 @@ class Evictor:
 
     def _body(self, choice: Choice, reason: str, message: str, kind: str, now: float) -> dict[str, Any]:
         pod = choice.pod
-        stamp = _micro(now)
+        stamp = format_rfc3339(now)
         record = {"node": pod.node, "workload": pod.workload, "at": now, "dryRun": self.dry_run}
         return {
             "apiVersion": "v1",
@@ -241,7 +238,7 @@ class Evictor:
         """Turn the ``RebalanceEvicting`` Event into the outcome (a new Event when there is none to turn)."""
         if intent is not None:
             patch = {"reason": reason, "type": kind, "message": message[:1024],
-                     "lastTimestamp": _micro(self.clock())}  # fmt: skip
+                     "lastTimestamp": format_rfc3339(self.clock())}  # fmt: skip
             try:
                 self.kube.merge_patch(intent, patch)
                 self.on_call("event", "200")

@@ -24,7 +24,6 @@ import bisect
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from app.model.estimation import metric_plan
@@ -36,6 +35,7 @@ from app.rebalancer.fit import NodeFacts, Target, why_not
 from app.rebalancer.limits import Limiter
 from app.rebalancer.pods import PodFacts
 from app.rebalancer.victims import Usage, excess, order_key, relief, split, usage_of
+from common.timestamps import format_rfc3339
 
 Measured = Callable[[str], Mapping[str, tuple[int, int]]]
 """Node name -> its fresh measured usages by pod uid (``nodeloads.NodeLoadCache.fresh`` at the cycle's
@@ -51,10 +51,6 @@ NO_FIT_PER_NODE = 5
 """Candidates of one hot node that fit nowhere before its turn ends for this cycle (the next cycle tries
 again): when five pods fit on no cool node, the rest rarely do, and checking them all costs
 candidates x cool nodes."""
-
-
-def _iso(when: float) -> str:
-    return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(slots=True)
@@ -127,7 +123,7 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "at": _iso(self.at),
+            "at": format_rfc3339(self.at),
             "idle": self.idle,
             "nodes": dict(sorted(self.states.items())),
             "coolNodes": self.cool[:50],
@@ -281,7 +277,7 @@ def plan_cycle(
         if counts.abnormal < settings.consecutive_abnormal:
             node.status = f"waiting: hot for {counts.abnormal} of {settings.consecutive_abnormal} cycles"
         elif (since := tracker.waiting_for_data(name, reading)) is not None:
-            node.status = f"waiting for a measurement newer than its last eviction at {_iso(since)}"
+            node.status = f"waiting for a measurement newer than its last eviction at {format_rfc3339(since)}"
         elif targets is None:
             node.status = f"idle: {plan.idle}"
         if node.status != "acting" or targets is None:

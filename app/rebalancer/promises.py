@@ -32,15 +32,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import orjson
 
 from app.rebalancer.evictor import ANNOTATION, COMPONENT, DONE, DRY, INTENT, UNKNOWN_REASON
 from common.numbers import finite
+from common.timestamps import parse_rfc3339
 
-__all__ = ["SETTLE", "Promise", "from_events", "parse_time"]
+__all__ = ["SETTLE", "Promise", "from_events"]
 
 SETTLE = 60.0
 """Seconds after an unknown eviction call before an unchanged pod releases it (kube-apiserver's default
@@ -60,19 +60,6 @@ class Promise:
     waits_past: float
     """The node waits for a measurement newer than this (the evicting replica's clock)."""
     unknown: bool
-
-
-def parse_time(value: Any) -> float | None:
-    """An RFC 3339 timestamp (``creationTimestamp``) as epoch seconds; ``None`` when unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        return None
-    return parsed.timestamp()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +99,7 @@ def _record(event: Any, dry_run: bool) -> _Record | None:
               data.get("node"), data.get("workload"))  # fmt: skip
     if not all(isinstance(f, str) and f for f in fields):
         return None
-    created = parse_time(meta.get("creationTimestamp"))
+    created = parse_rfc3339(meta.get("creationTimestamp"))
     writer_at = finite(data.get("at"))
     if created is None or writer_at is None:
         return None

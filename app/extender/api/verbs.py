@@ -127,7 +127,7 @@ class Verb:
 
 
 async def _run(request: Request, verb: Verb) -> Response:
-    response = await answer(services(request), request, verb)
+    response = await answer(services(request), request.scope, request.receive, verb)
     _after(verb, response)
     return response
 
@@ -144,22 +144,24 @@ def _after(verb: Verb, response: Response | None = None) -> None:
             log.exception("%s: work after the answer failed", verb.name)
 
 
-async def answer(svc: Services, request: Request, verb: Verb) -> Response:
+async def answer(svc: Services, scope: dict[str, Any], receive: Any, verb: Verb) -> Response:
     """Answer one verb: read the body, decide (in a thread when it does blocking I/O), count and time.
     The body's bytes count against the bytes in flight until the answer is ready, however it ends."""
     held = [0]
     try:
-        return await _answer(svc, request, verb, held)
+        return await _answer(svc, scope, receive, verb, held)
     finally:
         svc.body_budget.give(held[0])
 
 
-async def _answer(svc: Services, request: Request, verb: Verb, held: list[int]) -> Response:
+async def _answer(
+    svc: Services, scope: dict[str, Any], receive: Any, verb: Verb, held: list[int]
+) -> Response:
     start = time.perf_counter()
     code = "200"
     name = verb.name
     try:
-        body = await read_body(request, svc.max_body_bytes, svc.body_timeout, svc.body_budget)
+        body = await read_body(scope, receive, svc.max_body_bytes, svc.body_timeout, svc.body_budget)
         held[0] = len(body)
         if verb.threaded:
             result = await asyncio.to_thread(verb.decide, body)
@@ -285,7 +287,7 @@ class VerbFastPath:
         if verb is None:
             await self.fallback(scope, receive, send)
             return
-        response = await answer(self.svc, Request(scope, receive), verb)
+        response = await answer(self.svc, scope, receive, verb)
         try:
             await response(scope, receive, send)
         finally:

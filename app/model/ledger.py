@@ -106,6 +106,8 @@ class Ledger:
         self._policy = policy
         self._plan = metric_plan(policy)
         longest = max((ttl for _, _, ttl in self._plan), default=600.0)
+        self._longest_counted = max((ttl for _, _, ttl in self._plan), default=0.0)
+        """The longest any placement can still count (0 without a metric to count it for)."""
         self.shortest_ttl = min((ttl for _, _, ttl in self._plan), default=600.0)
         old_bound = getattr(self, "_bound", None)
         old_tentative = getattr(self, "_tentative", None)
@@ -202,10 +204,10 @@ class Ledger:
         The size comes from ``size`` (estimated cpu millicores, memory bytes), else from ``pod``, else
         from the pod's tentative hold."""
         now = self.clock()
-        longest = max((ttl for _, _, ttl in self._plan), default=0.0)
         touched: set[str] = set()
         with self._lock:
-            existing = self._bound.get(uid)
+            longest = self._longest_counted
+            existing = self._bound.get(uid, now)
             if existing is not None and existing.node == node:
                 return
             held = self._tentative.pop(uid, None)

@@ -158,6 +158,21 @@ def cpu_seconds(pid: int, tree: bool = True) -> float:
     return total + (sum(cpu_seconds(child) for child in children(pid)) if tree else 0.0)
 
 
+def thread_cpu_seconds(pid: int, tid: int) -> float:
+    """User + system CPU seconds of one thread of ``pid`` (``/proc/PID/task/TID/stat``)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+LOOP = "/loop"
+"""Suffix of an extender's main-thread entry in the CPU readings: under uvicorn, the event loop serving
+every request; the rest of the process is its worker threads (bind) and, for Ballast, its watches."""
+
+
 def children(pid: int) -> list[int]:
     out: list[int] = []
     with contextlib.suppress(FileNotFoundError):
@@ -224,7 +239,12 @@ class BindWatch:
 
     def _cpu(self) -> dict[str, float]:
         # the bench's own process alone: the servers it started are its children
-        return {name: cpu_seconds(pid, name != "bench") for name, pid in self.pids().items()}
+        pids = self.pids()
+        out = {name: cpu_seconds(pid, name != "bench") for name, pid in pids.items()}
+        for name in ("echo", "ballast"):
+            if name in pids:  # uvicorn serves from the process's main thread (granian from a child)
+                out[name + LOOP] = thread_cpu_seconds(pids[name], pids[name])
+        return out
 
     def cpu_per_pod(self) -> dict[str, float]:
         """CPU seconds per pod of each process, from the first to the last binding."""
@@ -403,8 +423,20 @@ def report(modes: list[str], rates: dict[str, list[float]], cpu: dict[str, list[
         for p in columns:
             who = serving if p == "extender" else p
             cells.append(summary([c[who] * 1000 for c in cpu[mode] if who in c], ".2f"))
-        total = summary([sum(c.values()) * 1000 for c in cpu[mode]], ".2f")
+        total = summary([sum(v for k, v in c.items() if LOOP not in k) * 1000 for c in cpu[mode]], ".2f")
         print(f"| {mode} | " + " | ".join(cells) + f" | {total} |")
+    split = [m for m in modes if m != "none" and any(split_mode(m)[0] + LOOP in c for c in cpu[m])]
+    if split:
+        print("\nThe serving extender's CPU milliseconds per pod by thread, median (range): uvicorn's")
+        print("event loop (the main thread: HTTP, the verbs' decisions) and every other thread (bind")
+        print("workers, watches):\n")
+        print("| mode | event loop | other threads |")
+        print("|---|---:|---:|")
+        for mode in split:
+            who = split_mode(mode)[0]
+            loop = [c[who + LOOP] * 1000 for c in cpu[mode] if who + LOOP in c]
+            rest = [(c[who] - c[who + LOOP]) * 1000 for c in cpu[mode] if who + LOOP in c]
+            print(f"| {mode} | {summary(loop, '.2f')} | {summary(rest, '.2f')} |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -336,3 +336,24 @@ def test_a_bind_on_the_node_of_its_hold_works_nothing_out_again(monkeypatch) -> 
     clock[0] = d.until
     board.refresh(clock[0])  # the expiry still comes: the node is worked out again
     assert len(worked_out) == 1 and board.derived["n"].checks == ()  # the 5m value went stale
+
+
+def test_a_hold_reads_the_nodes_estimates_once(monkeypatch) -> None:
+    """A hold changes the amounts counted on its node, so the standing verdict cannot stand and the node is
+    worked out again: from the one reading of the ledger that showed the change, not from a second one
+    (the node's estimates are what a recomputation mostly reads). The result equals one from scratch."""
+    clock = [NOW]
+    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})
+    ledger = Ledger(POLICY, clock=lambda: clock[0])
+    board = VerdictBoard({"n": load}.get, lambda: POLICY, ledger)
+    ledger.listeners.append(lambda nodes: board.update(nodes, clock[0], estimates_only=True))
+    board.rebuild(["n"], clock[0])
+    ledger.hold(info("a", 500, 1 << 20), "n", clock[0])
+    readings = []
+    units, standing = ledger.standing_units, ledger.standing
+    monkeypatch.setattr(ledger, "standing_units", lambda *a: readings.append(a) or units(*a))
+    monkeypatch.setattr(ledger, "standing", lambda *a: readings.append(a) or standing(*a))
+    clock[0] += 1
+    ledger.hold(info("b", 250, 1 << 20), "n", clock[0])
+    assert len(readings) == 1
+    assert _standing(board.derived["n"]) == _standing(derive(load, POLICY, ledger, clock[0]))

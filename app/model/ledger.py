@@ -301,6 +301,10 @@ class Ledger:
         estimates, counted = self.standing_units(load, now)
         return estimates, counted, estimation.extra(load, self._plan, counted)
 
+    def extra_of(self, load: NodeLoad, counted: Mapping[str, int]) -> dict[str, float]:
+        """The ratios ``counted`` amounts add per metric on this node (``estimation.extra``)."""
+        return estimation.extra(load, self._plan, counted)
+
     def standing_units(self, load: NodeLoad, now: float) -> tuple[list[Estimate], dict[str, int]]:
         """The node's live estimates and what they add per metric, as amounts (``units``)."""
         estimates = self.on_node(load.name)

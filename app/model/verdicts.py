@@ -144,9 +144,20 @@ def _checks(
     return tuple(checks), until
 
 
-def derive(load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived:
-    """The node's standing verdict and score at ``now``, and until when they hold."""
-    estimates, units, extra = ledger.standing(load, now)  # one read: the expiry below shares it
+Standing = tuple[list[Estimate], dict[str, int]]
+"""A node's live estimates and the amounts they count per metric (``Ledger.standing_units``)."""
+
+
+def derive(
+    load: NodeLoad, policy: Policy, ledger: Ledger, now: float, standing: Standing | None = None
+) -> Derived:
+    """The node's standing verdict and score at ``now``, and until when they hold. ``standing`` is the
+    ledger's reading of the node at ``now`` when the caller already has it (``restand`` read it)."""
+    if standing is None:
+        estimates, units, extra = ledger.standing(load, now)  # one read: the expiry below shares it
+    else:
+        estimates, units = standing
+        extra = ledger.extra_of(load, units)
     limits = load.limits or policy.limits
     blocked = check_node(load, policy, now, extra) is not None
     score = score_node(load, policy, now, extra).score
@@ -187,7 +198,9 @@ def estimates_until(estimates: Iterable[Estimate], policy: Policy, ledger: Ledge
     return min((e.at + (tentative_ttl if e.tentative else bound_ttl) for e in estimates), default=math.inf)
 
 
-def restand(d: Derived, load: NodeLoad, policy: Policy, ledger: Ledger, now: float) -> Derived | None:
+def restand(
+    d: Derived, load: NodeLoad, policy: Policy, ledger: Ledger, now: float
+) -> Derived | Standing | None:
     """``d`` still standing after the node's estimates changed, when the change moves nothing it was worked
     out from, else ``None`` (recompute). Everything in a ``Derived`` follows from the Node's values, the
     policy, the estimated amounts counted per metric and, through freshness alone, the time (until
@@ -195,12 +208,15 @@ def restand(d: Derived, load: NodeLoad, policy: Policy, ledger: Ledger, now: flo
     counted amounts are equal, only ``until`` may move (the new estimates expire at other times).
 
     The common case is the bind of a pod on the node its hold was on: the hold becomes a placement of the
-    same size, counted for the same metrics, and the node's verdicts, score and rooms do not change."""
+    same size, counted for the same metrics, and the node's verdicts, score and rooms do not change.
+
+    When the amounts moved, the ledger's reading of the node is returned instead, for ``derive``: the
+    usual case after a hold, where reading the node's estimates twice cost a third of the recomputation."""
     if d.units is None or d.load is not load or d.policy is not policy or now >= d.until:
         return None
     estimates, units = ledger.standing_units(load, now)
     if units != d.units:
-        return None
+        return estimates, units
     until = min(d.steady_until, estimates_until(estimates, policy, ledger))
     return d if until == d.until else dataclasses.replace(d, until=until)
 
@@ -319,14 +335,20 @@ class VerdictBoard:
         ``estimates_only``: only the node's estimates changed (the ledger says so); when that changes
         nothing the standing verdict was worked out from (``restand``), it stands, with its expiry moved,
         and nothing already worked out from it needs forgetting."""
-        if estimates_only and self._restand(name, now):
-            return
-        self._derive(name, now)
+        standing = None
+        if estimates_only:
+            kept = self._restand(name, now)
+            if kept is True:
+                return
+            standing = kept or None
+        self._derive(name, now, standing)
         self.generation += 1
         for memo in self._memos.values():
             memo.forget(name)
 
-    def _restand(self, name: str, now: float) -> bool:
+    def _restand(self, name: str, now: float) -> bool | Standing:
+        """True when the node's verdict stands (``restand``); else the ledger's reading for ``_derive``
+        if one was taken, or False."""
         d = self.derived.get(name)
         if d is None:
             return False
@@ -339,6 +361,8 @@ class VerdictBoard:
             return False  # the full recomputation decides (and logs)
         if kept is None:
             return False
+        if isinstance(kept, tuple):
+            return kept
         if kept is not d:
             self.derived[name] = kept
             if kept.until != math.inf:
@@ -346,7 +370,7 @@ class VerdictBoard:
                 self.next_until = self._heap[0][0]
         return True
 
-    def _derive(self, name: str, now: float) -> None:
+    def _derive(self, name: str, now: float, standing: Standing | None = None) -> None:
         load = self._lookup(name)
         if load is None:
             self.derived.pop(name, None)
@@ -359,7 +383,7 @@ class VerdictBoard:
                     members.discard(name)
             return
         try:
-            d = derive(load, self._policy(), self.ledger, now)
+            d = derive(load, self._policy(), self.ledger, now, standing)
         except Exception:
             # One node the arithmetic cannot take must not poison the board (or every request that reads
             # it): it stands as a node without information, like one whose annotations are missing.

@@ -357,3 +357,21 @@ def test_a_hold_reads_the_nodes_estimates_once(monkeypatch) -> None:
     ledger.hold(info("b", 250, 1 << 20), "n", clock[0])
     assert len(readings) == 1
     assert _standing(board.derived["n"]) == _standing(derive(load, POLICY, ledger, clock[0]))
+
+
+def test_a_board_leaves_alone_a_node_it_does_not_hold() -> None:
+    """Every board hears every estimate change; one that never worked a node out (the whole-node board,
+    while names-mode requests hold estimates on the cache's nodes) has nothing of it to change: no work,
+    and no new generation that would make the requests in flight drop what they worked out."""
+    clock = [NOW]
+    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})
+    ledger = Ledger(POLICY, clock=lambda: clock[0])
+    names_board = VerdictBoard({"n": load}.get, lambda: POLICY, ledger)
+    other_board = VerdictBoard({}.get, lambda: POLICY, ledger)
+    for board in (names_board, other_board):
+        ledger.listeners.append(lambda nodes, board=board: board.update(nodes, clock[0], estimates_only=True))
+        board.rebuild(["n"] if board is names_board else [], clock[0])
+    before = (names_board.generation, other_board.generation)
+    ledger.hold(info("a", 500, 1 << 20), "n", clock[0])
+    assert names_board.generation == before[0] + 1
+    assert other_board.generation == before[1] and other_board.derived == {}

@@ -337,6 +337,10 @@ class VerdictBoard:
         and nothing already worked out from it needs forgetting."""
         standing = None
         if estimates_only:
+            if name not in self.derived:
+                # Not a node of this board (the whole-node board in names mode hears every hold too):
+                # nothing of it stands to change, and no memo holds a verdict about it.
+                return
             kept = self._restand(name, now)
             if kept is True:
                 return

@@ -30,7 +30,7 @@ from app.extender.numa.crane import (
 from app.model.bad_request import BadRequest
 from app.model.ledger import Ledger
 from app.model.nodestate import NodeLoad, parse_node
-from app.model.podinfo import PodInfo, pod_info
+from app.model.podinfo import PodInfo, read_pod
 from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.kube import WATCH_STALL_SECONDS, Kube, Reflector
@@ -105,7 +105,7 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     if not uid:
         return None
     try:
-        info: PodInfo | None = pod_info(pod)
+        info: PodInfo | None = read_pod(pod)
     except BadRequest as exc:
         log.warning(
             "pod %s/%s has unreadable resources (%s); no estimate",

@@ -24,7 +24,7 @@ from app.model.estimation import Estimate, estimate_usage
 from app.model.ledger import Ledger
 from app.model.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.model.nodestate import NodeLoad, parse_node
-from app.model.podinfo import PodInfo, pod_info
+from app.model.podinfo import PodInfo, pod_info, read_pod
 from app.model.policy import Policy
 from app.model.policy_store import PolicyStore
 from app.model.pools import MODES
@@ -266,7 +266,7 @@ class Extender:
         (``shadow_would_reject``) and every node passes them; the NUMA fit still applies."""
         policy = self.store.current
         now = self.clock()
-        pod = pod_info(args.pod)
+        pod = read_pod(args.pod)
         incoming = self.incoming(pod, now)
         shadow = policy.mode == SHADOW
         failed: dict[str, str] = {}
@@ -387,7 +387,7 @@ class Extender:
         real = self._prioritize(args, policy, encoded=False)
         assert isinstance(real, list)
         if real:
-            pod = pod_info(args.pod)
+            pod = read_pod(args.pod)
             if not pod.daemonset:
                 cpu, mem = _size(self.incoming(pod, self.clock()))
                 self.shadow.note(pod.uid, [e["Host"] for e in real], [e["Score"] for e in real], cpu, mem)
@@ -395,7 +395,7 @@ class Extender:
 
     def _prioritize(self, args: ExtenderArgs, policy: Policy, encoded: bool) -> list[dict[str, Any]] | bytes:
         now = self.clock()
-        pod = pod_info(args.pod)
+        pod = read_pod(args.pod)
         if args.nodes is not None:
             self._seen["prioritize"].inc(len(args.nodes))
             in_request = {load.name: load for load in (self._from_object(n, policy) for n in args.nodes)}

@@ -1,0 +1,70 @@
+"""``PodInfoMemo``: one pod read once on its way through filter, prioritize and the pod watch, while every
+copy that differs in what the reading depends on is read again."""
+
+from __future__ import annotations
+
+import copy
+
+import orjson
+import pytest
+
+from app.model import podinfo
+from app.model.bad_request import BadRequest
+from app.model.podinfo import PodInfoMemo
+
+
+def _pod(cpu: object = "500m", priority: object = 10, uid: str = "u1") -> dict:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": uid, "resourceVersion": "7"},
+        "spec": {
+            "priority": priority,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}],
+        },
+    }
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    seen: list[object] = []
+    real = podinfo.pod_info
+    monkeypatch.setattr(podinfo, "pod_info", lambda pod: seen.append(pod) or real(pod))
+    return seen
+
+
+def test_three_copies_of_one_pod_are_read_once(reads: list[object]) -> None:
+    memo = PodInfoMemo()
+    body = orjson.dumps(_pod())
+    infos = [memo(orjson.loads(body)) for _ in range(3)]  # filter, prioritize, the watch: separate copies
+    bound = orjson.loads(body)
+    bound["spec"]["nodeName"] = "n1"
+    bound["metadata"]["resourceVersion"] = "8"
+    infos.append(memo(bound))
+    assert len(reads) == 1
+    assert infos[0].cpu_request_milli == 500 and all(i is infos[0] for i in infos)
+
+
+def test_a_copy_that_differs_is_read_again(reads: list[object]) -> None:
+    memo = PodInfoMemo()
+    assert memo(_pod("500m")).cpu_request_milli == 500
+    assert memo(_pod("1")).cpu_request_milli == 1000  # resized, or a caller's edited copy
+    assert memo(_pod("1", priority=True)).priority is None  # True == 1, but it is no priority
+    assert memo(_pod("1", priority=1)).priority == 1
+    assert len(reads) == 4
+    with pytest.raises(BadRequest):
+        memo(_pod("lots"))  # a bad copy after a good one is refused, not answered from the good one
+
+
+def test_it_is_bounded_and_keeps_the_newest() -> None:
+    memo = PodInfoMemo(cap=3)
+    for i in range(10):
+        memo(_pod(uid=f"u{i}"))
+    assert len(memo) == 3
+    assert memo(_pod(uid="u9")) is memo(copy.deepcopy(_pod(uid="u9")))
+
+
+def test_unusual_shapes_take_the_plain_path() -> None:
+    memo = PodInfoMemo()
+    assert memo({"metadata": {"name": "p"}, "spec": {}}).uid == ""  # no UID: nothing to remember it by
+    with pytest.raises(BadRequest):
+        memo({"metadata": {"uid": "u"}, "spec": ["not an object"]})
+    assert len(memo) == 0

@@ -375,3 +375,24 @@ def test_a_board_leaves_alone_a_node_it_does_not_hold() -> None:
     ledger.hold(info("a", 500, 1 << 20), "n", clock[0])
     assert names_board.generation == before[0] + 1
     assert other_board.generation == before[1] and other_board.derived == {}
+
+
+def test_a_verdict_that_stands_keeps_every_field_but_its_expiry() -> None:
+    """``restand`` copies a standing verdict field by field (cheaper than ``dataclasses.replace``): a field
+    added to ``Derived`` and not copied would be lost on every bind, so the copy must equal ``replace``."""
+    import dataclasses
+
+    from app.model.verdicts import restand
+
+    clock = [NOW]
+    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})
+    ledger = Ledger(POLICY, clock=lambda: clock[0])
+    ledger.hold(info("p", 500, 1 << 20), "n", clock[0])
+    d = derive(load, POLICY, ledger, clock[0])
+    clock[0] += 1
+    hold = ledger.known("p")
+    assert hold is not None
+    ledger.bound(None, "p", "n", clock[0], "ns/p", size=(hold.cpu_milli, hold.memory_bytes))
+    kept = restand(d, load, POLICY, ledger, clock[0])
+    assert isinstance(kept, type(d)) and kept.until != d.until
+    assert kept == dataclasses.replace(d, until=kept.until)

@@ -31,7 +31,6 @@ holds a verdict older than the node's standing one.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import logging
 import math
@@ -218,7 +217,23 @@ def restand(
     if units != d.units:
         return estimates, units
     until = min(d.steady_until, estimates_until(estimates, policy, ledger))
-    return d if until == d.until else dataclasses.replace(d, until=until)
+    if until == d.until:
+        return d
+    # ``dataclasses.replace`` looks the fields up again on every call; this is the bind's common path.
+    return Derived(
+        d.load,
+        until,
+        d.cpu_room,
+        d.memory_room,
+        d.blocked,
+        d.score,
+        d.checks,
+        d.projection,
+        d.prod_checks,
+        d.units,
+        d.steady_until,
+        d.policy,
+    )
 
 
 _SCORES = tuple(f"{n}}}".encode() for n in range(MAX_EXTENDER_SCORE + 1))

@@ -4,9 +4,11 @@ estimates on a node add per metric, ``(counted + incoming - minus) / allocatable
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.model.annotations import Sample
-from app.model.estimation import Estimate, estimate_usage, extra, metric_plan, still_counted, units
+from app.model.estimation import Estimate, counts, estimate_usage, extra, metric_plan, still_counted, units
 from app.model.nodestate import NodeLoad
 from app.model.podinfo import PodInfo
 from app.model.policy import Estimation, load_policy
@@ -66,3 +68,26 @@ def test_a_pod_placed_in_the_second_of_the_measurement_counts() -> None:
     second_before = Estimate("b", "ns/b", "n", 1000, 0, stamped - 1)
     assert units(load, plan, [same_second, second_before], NOW) == {metric: 1000}
     assert still_counted(load, plan, [same_second, second_before], NOW) == [same_second]
+
+
+@given(
+    stamps=st.lists(st.sampled_from([0.0, -100.0, -400.0, -4000.0]), min_size=6, max_size=6),
+    pods=st.lists(
+        st.tuples(st.floats(-20000, 0), st.integers(0, 4000), st.integers(0, 1 << 30)), max_size=12
+    ),
+)
+@settings(max_examples=300, deadline=None)
+def test_units_equals_counting_each_estimate_for_each_metric(stamps, pods) -> None:
+    """``units`` sums each measurement time once when it can; the definition is ``counts`` per estimate
+    per metric. Measurement times shared between metrics, estimates older than some TTLs and younger than
+    others: the two always agree."""
+    plan = metric_plan(POLICY)
+    samples = {m: Sample(0.5, NOW + stamps[i % len(stamps)]) for i, (m, _, _) in enumerate(plan)}
+    load = NodeLoad("n", samples, allocatable_cpu_milli=4000, allocatable_memory_bytes=1 << 34)
+    estimates = [Estimate(f"p{i}", "", "n", c, m, NOW + at) for i, (at, c, m) in enumerate(pods)]
+    expected = {}
+    for metric, resource, ttl in plan:
+        total = sum(e.amount(resource) for e in estimates if counts(e, samples[metric].order_at, ttl, NOW))
+        if total:
+            expected[metric] = total
+    assert units(load, plan, estimates, NOW) == expected

@@ -97,23 +97,35 @@ def counts(e: Estimate, measured_at: float, ttl: float, now: float) -> bool:
 def units(
     load: NodeLoad, plan: MetricPlan, estimates: Iterable[Estimate], now: float, skip: str | None = None
 ) -> dict[str, int]:
-    """Estimated amounts (millicores or bytes) counted per metric on this node, leaving out ``skip``."""
+    """Estimated amounts (millicores or bytes) counted per metric on this node, leaving out ``skip``.
+
+    Runs on every recomputation of a node, up to three times per pod bound, over every estimate of the
+    node for every metric. Metrics of one resource measured at the same time (the agent stamps all its
+    values at once) count the same estimates unless one of them outlives a metric's TTL, so while the
+    oldest estimate is inside every TTL each distinct measurement time is summed once."""
     estimates = [e for e in estimates if e.uid != skip] if skip is not None else list(estimates)
     out: dict[str, int] = {}
     if not estimates:
         return out
+    oldest = min([e.at for e in estimates])
+    summed: dict[tuple[str, float], int] = {}
     for metric, resource, ttl in plan:
         sample = load.samples.get(metric)
         if sample is None:
             continue
         # ``counts`` inlined: this loop runs per estimate per metric on every recomputation of a node
         measured_at = sample.order_at
-        if resource == "cpu":
-            total = sum(e.cpu_milli for e in estimates if e.at >= measured_at and e.at + ttl > now)
+        within_ttl = oldest + ttl > now
+        if within_ttl and (total := summed.get((resource, measured_at))) is not None:
+            pass
+        elif resource == "cpu":
+            total = sum([e.cpu_milli for e in estimates if e.at >= measured_at and e.at + ttl > now])
         elif resource == "memory":
-            total = sum(e.memory_bytes for e in estimates if e.at >= measured_at and e.at + ttl > now)
+            total = sum([e.memory_bytes for e in estimates if e.at >= measured_at and e.at + ttl > now])
         else:
             total = 0
+        if within_ttl:
+            summed[resource, measured_at] = total
         if total:
             out[metric] = total
     return out

@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.model.annotations import format_hot_value, format_load, parse_sample, parse_timestamp
+from app.model.annotations import format_hot_value, format_load, fresh, parse_sample, parse_timestamp
 from common.durations import format_duration, parse_duration
 
 
@@ -104,4 +104,12 @@ def test_sample_roundtrip_and_freshness() -> None:
     assert s is not None and math.isclose(s.value, 0.3521)
     assert s.is_fresh(UTC_STAMP + 479, 480)
     assert not s.is_fresh(UTC_STAMP + 480, 480)
+    for now in (
+        UTC_STAMP + 479,
+        UTC_STAMP + 479.999,
+        UTC_STAMP + 480,
+        UTC_STAMP + 481,
+    ):  # one rule, two spellings
+        assert (fresh(s, 480, now) is s) is s.is_fresh(now, 480)
+    assert fresh(None, 480, UTC_STAMP) is None
     assert format_hot_value(3, UTC_STAMP) == "3,2026-11-22T07:00:00Z"

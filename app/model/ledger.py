@@ -266,13 +266,19 @@ class Ledger:
             out = []
             stale = []
             now = self.clock()
-            bound, tentative = self._bound.get, self._tentative.get
+            # ``_Expiring.get`` inlined (twice per estimate, for every estimate of the node, several times
+            # per pod placed): a live entry is one stored until after ``now``.
+            bound, tentative = self._bound._items.get, self._tentative._items.get
             for uid in uids:
-                e = bound(uid, now) or tentative(uid, now)
-                if e is None or e.node != node:
+                item = bound(uid)
+                if item is None or now >= item[0]:
+                    item = tentative(uid)
+                    if item is not None and now >= item[0]:
+                        item = None
+                if item is None or item[1].node != node:
                     stale.append(uid)
                 else:
-                    out.append(e)
+                    out.append(item[1])
             for uid in stale:
                 uids.discard(uid)
             if not uids:

@@ -148,15 +148,30 @@ Standing = tuple[list[Estimate], dict[str, int]]
 
 
 def derive(
-    load: NodeLoad, policy: Policy, ledger: Ledger, now: float, standing: Standing | None = None
+    load: NodeLoad,
+    policy: Policy,
+    ledger: Ledger,
+    now: float,
+    standing: Standing | None = None,
+    previous: Derived | None = None,
 ) -> Derived:
     """The node's standing verdict and score at ``now``, and until when they hold. ``standing`` is the
-    ledger's reading of the node at ``now`` when the caller already has it (``restand`` read it)."""
+    ledger's reading of the node at ``now`` when the caller already has it (``restand`` read it), and
+    ``previous`` the node's verdict before its estimates changed: while it has not expired, only what
+    the counted amounts enter is worked out again (``_shifted``)."""
     if standing is None:
         estimates, units, extra = ledger.standing(load, now)  # one read: the expiry below shares it
     else:
         estimates, units = standing
         extra = ledger.extra_of(load, units)
+        if (
+            previous is not None
+            and previous.units is not None
+            and previous.load is load
+            and previous.policy is policy
+            and now < previous.until
+        ):
+            return _shifted(previous, load, policy, ledger, now, estimates, units, extra)
     limits = load.limits or policy.limits
     blocked = check_node(load, policy, now, extra) is not None
     score = score_node(load, policy, now, extra).score
@@ -188,6 +203,59 @@ def derive(
         until,
         policy,
     )
+
+
+def _shifted(
+    d: Derived,
+    load: NodeLoad,
+    policy: Policy,
+    ledger: Ledger,
+    now: float,
+    estimates: list[Estimate],
+    units: dict[str, int],
+    extra: dict[str, float],
+) -> Derived:
+    """``derive`` for a node whose estimates changed while its values, the policy and which of them are
+    fresh did not (``d`` has not expired): the verdict, score and projected load follow the new amounts;
+    the checks keep their values and limits and only their rooms move; the growth per millicore and byte
+    and when a value goes stale stay. A hold is this: it changes one node's amounts, and working the
+    node out from scratch read every value's freshness again."""
+    blocked = check_node(load, policy, now, extra) is not None
+    score = score_node(load, policy, now, extra).score
+    projection = (projected_load(load, policy, now, extra), d.projection[1], d.projection[2])
+    checks, cpu_room, memory_room = _recounted(d.checks, units)
+    prod_checks = checks if d.prod_checks is d.checks else _recounted(d.prod_checks, units)[0]
+    return Derived(
+        load,
+        min(d.steady_until, estimates_until(estimates, policy, ledger)),
+        cpu_room,
+        memory_room,
+        blocked,
+        score,
+        checks,
+        projection,
+        prod_checks,
+        units,
+        d.steady_until,
+        policy,
+    )
+
+
+def _recounted(checks: tuple[Check, ...], units: dict[str, int]) -> tuple[tuple[Check, ...], float, float]:
+    """``checks`` with the amounts ``units`` counts per metric, and the tightest room per resource. A room
+    is worked out as ``_checks`` does, from the same operands, so it is the same float."""
+    out = []
+    rooms = [math.inf, math.inf]
+    for c in checks:
+        if c.resource < 2:
+            counted = units.get(c.metric, 0)
+            if counted != c.units:
+                room = (c.limit - c.value) * c.allocatable - counted
+                c = Check(c.metric, c.resource, room, c.value, counted, c.limit, c.timestamp, c.allocatable)
+            if c.room < rooms[c.resource]:
+                rooms[c.resource] = c.room
+        out.append(c)
+    return tuple(out), rooms[0], rooms[1]
 
 
 def estimates_until(estimates: Iterable[Estimate], policy: Policy, ledger: Ledger) -> float:
@@ -402,7 +470,8 @@ class VerdictBoard:
                     members.discard(name)
             return
         try:
-            d = derive(load, self._policy(), self.ledger, now, standing)
+            previous = self.derived.get(name) if standing is not None else None
+            d = derive(load, self._policy(), self.ledger, now, standing, previous)
         except Exception:
             # One node the arithmetic cannot take must not poison the board (or every request that reads
             # it): it stands as a node without information, like one whose annotations are missing.

@@ -7,6 +7,8 @@ import copy
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.model import podinfo
 from app.model.bad_request import BadRequest
@@ -68,3 +70,33 @@ def test_unusual_shapes_take_the_plain_path() -> None:
     with pytest.raises(BadRequest):
         memo({"metadata": {"uid": "u"}, "spec": ["not an object"]})
     assert len(memo) == 0
+
+
+@given(
+    app=st.lists(st.tuples(*[st.integers(0, 5000)] * 4), max_size=4),
+    init=st.lists(st.tuples(*[st.integers(0, 5000)] * 4), max_size=3),
+)
+def test_effective_values_are_the_larger_of_the_apps_sum_and_the_init_peak(app, init) -> None:
+    """The kubelet's rule, per value: max(sum over app containers, max over init containers)."""
+
+    def containers(values: list[tuple[int, int, int, int]]) -> list[dict]:
+        return [
+            {
+                "name": f"c{i}",
+                "resources": {
+                    "requests": {"cpu": f"{cr}m", "memory": str(mr)},
+                    "limits": {"cpu": f"{cl}m", "memory": str(ml)},
+                },
+            }
+            for i, (cr, cl, mr, ml) in enumerate(values)
+        ]
+
+    info = podinfo.pod_info(
+        {
+            "metadata": {"uid": "u"},
+            "spec": {"containers": containers(app), "initContainers": containers(init)},
+        }
+    )
+    want = [max(sum(c[i] for c in app), max((c[i] for c in init), default=0)) for i in range(4)]
+    got = [info.cpu_request_milli, info.cpu_limit_milli, info.memory_request_bytes, info.memory_limit_bytes]
+    assert got == want

@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.topology import CPUTopology, TopologyError
 from agent.topology_sysfs import read_topology
-from common.cli import HelpFormatter, add_common, duration, port
+from common.cli import HelpFormatter, add_common, add_watch_stall, duration, port
 
 __all__ = ["register", "run_agent", "show_topology", "topology_json"]
 
@@ -184,6 +184,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         metavar="DURATION",
         help="how often the CPU manager re-applies cpusets (pod events also trigger a pass)",
     )
+    add_watch_stall(agent)
     add_common(agent)
     agent.set_defaults(func=run_agent)
 

@@ -15,16 +15,25 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from common.kube import Handler, Reflector
+from common.kube import WATCH_STALL_SECONDS, Handler, Reflector
 
 __all__ = ["NodePodWatch", "Subscription"]
 
 
 class NodePodWatch:
-    def __init__(self, kube: Any, node_name: str, *, resync_seconds: float = 300.0) -> None:
+    def __init__(
+        self,
+        kube: Any,
+        node_name: str,
+        *,
+        resync_seconds: float = 300.0,
+        stall_seconds: float = WATCH_STALL_SECONDS,
+    ) -> None:
         self.kube = kube
         self.node_name = node_name
         self.resync_seconds = resync_seconds
+        self.stall_seconds = stall_seconds
+        """Silence after which the watch counts as stalled and is relisted (``--watch-stall-timeout``)."""
         self._lock = threading.Lock()
         self._objects: dict[str, dict[str, Any]] = {}
         self._synced = False
@@ -40,6 +49,7 @@ class NodePodWatch:
             params={"fieldSelector": f"spec.nodeName={self.node_name}"},
             name=f"pods@{self.node_name}",
             resync_seconds=self.resync_seconds,
+            stall_seconds=self.stall_seconds,
         )
 
     # ``common.kube.Reflector`` handler protocol

@@ -329,7 +329,9 @@ def run(
     stop = stop or threading.Event()
     wake = threading.Event()
     # One watch on this node's pods for the CPU manager and the load reporter (agent.pod_watch).
-    pod_watch = NodePodWatch(kube, node_name, resync_seconds=POD_RELIST_SECONDS)
+    pod_watch = NodePodWatch(
+        kube, node_name, resync_seconds=POD_RELIST_SECONDS, stall_seconds=args.watch_stall_timeout
+    )
     factory = (
         cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory, pod_watch)
         if enabled

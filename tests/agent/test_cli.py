@@ -129,3 +129,19 @@ def test_every_flag_has_help() -> None:
                 assert action.help, f"{action.option_strings} has no help"
                 flags += 1
     assert flags >= 9
+
+
+def test_the_pod_watch_takes_the_watch_stall_timeout() -> None:
+    """``--watch-stall-timeout``, as in the other programs: the agent's watch on its node's pods counts as
+    stalled after that much silence (2m unless set)."""
+    from agent.pod_watch import NodePodWatch
+    from common.kube import WATCH_STALL_SECONDS
+
+    base = ["agent", "--node-name", "worker-1", "--kubeconfig", "kc"]
+    assert parser().parse_args(base).watch_stall_timeout == WATCH_STALL_SECONDS == 120.0
+    args = parser().parse_args([*base, "--watch-stall-timeout", "45s"])
+    assert args.watch_stall_timeout == 45.0
+    watch = NodePodWatch(object(), "worker-1", stall_seconds=args.watch_stall_timeout)
+    assert watch.new_reflector().stall_seconds == 45.0
+    with pytest.raises(SystemExit):
+        parser().parse_args([*base, "--watch-stall-timeout", "0s"])

@@ -90,6 +90,8 @@ class FaultProxy:
         self.port = free_port()
         self.rules: list[Rule] = []
         self.seen: list[Seen] = []
+        self.errors: list[str] = []
+        """What ended a connection without a reply of the API server's (for a failing test to show)."""
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._conns: set[socket.socket] = set()
@@ -229,7 +231,9 @@ class FaultProxy:
                 while self._held(method, target) and not self._closed.is_set():
                     time.sleep(0.05)
                 client.sendall(chunk)
-        except (OSError, ssl.SSLError, ValueError):
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            with self._lock:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
             return
         finally:
             for sock in (upstream, client, raw):

@@ -202,9 +202,11 @@ def test_a_reflector_lists_in_pages_and_an_expired_continue_token_lists_again(
         )
         proxy.add(r"continue=", "answer", method="GET", status=410, body=expired, times=1)
         handler = Recording()
+        kube.close()
+        kube = Kube(load_api_client(str(proxy.kubeconfig())), timeout=5.0)  # nothing left of the first
         again = Reflector(kube, path, handler, params=params, name="paged-again", page_size=5)
         again.start()
-        assert again.wait_synced(20)
+        assert again.wait_synced(20), (again.failing, proxy.errors[-3:])
         again.stop()
         assert again.stats.expired == 1 and handler.started == 2 and handler.replaced == 1
         assert sorted(handler.names) == [f"paged-{i:02d}" for i in range(23)]

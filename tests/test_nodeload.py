@@ -3,6 +3,7 @@ exception; the CRD manifest's coordinates are the module's."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import yaml
@@ -99,3 +100,16 @@ def test_the_crd_manifest_has_the_module_coordinates() -> None:
     assert f"/apis/{API_VERSION}/{PLURAL}" == NODELOAD_PATH
     owner = new_object("node-a", "uid-a")["metadata"]["ownerReferences"][0]
     assert owner == {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "uid-a"}
+
+
+def test_a_quantity_text_is_judged_against_each_ceiling_however_often_it_is_read() -> None:
+    """Texts are parsed once and remembered; what is remembered is per ceiling, so the same text can be a
+    valid memory amount and an impossible CPU amount in the same status, read after read."""
+    from common.nodeload import MAX_CPU_CORES, _quantity
+
+    huge = str(MAX_CPU_CORES * 10)  # 10^6 cores: no node has them; 10^6 bytes of memory is ordinary
+    for _ in range(3):
+        assert _quantity(huge, MAX_CPU_CORES) is None
+        assert _quantity(huge, 2**60) == 10**6
+        assert _quantity("250m", MAX_CPU_CORES) == Fraction(1, 4)
+        assert _quantity("-1", MAX_CPU_CORES) is None and _quantity("1e999999", 2**60) is None

@@ -9,6 +9,7 @@ Without the binaries, etcd or openssl the tests skip with the reason; under ``CI
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -36,3 +37,21 @@ def cluster(control_plane: ControlPlane) -> Iterator[ControlPlane]:
     yield control_plane
     control_plane.stop_scheduler()
     delete_all(control_plane.core())
+
+
+@pytest.fixture
+def clean(cluster: ControlPlane) -> Iterator[ControlPlane]:
+    """The cluster without earlier tests' Events in ``default``: a rebalancer rebuilds its promises from
+    them."""
+    cluster.kubectl("delete", "events", "--all", "-n", "default", "--wait=true")
+    yield cluster
+
+
+@pytest.fixture
+def started(clean: ControlPlane) -> Iterator[list[Any]]:
+    """What a test starts (rebalancers, fault proxies: anything with ``close()``), closed after it, the
+    last started first."""
+    things: list[Any] = []
+    yield things
+    for thing in reversed(things):
+        thing.close()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,25 +48,6 @@ pytestmark = pytest.mark.integration
 
 EVICTION = r"/pods/[^/]+/eviction$"
 FAST_LEASE = ("--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s")
-
-
-@pytest.fixture
-def clean(cluster: ControlPlane) -> Iterator[ControlPlane]:
-    """The cluster without earlier tests' Events: a rebalancer rebuilds its promises from them."""
-    cluster.kubectl("delete", "events", "--all", "-n", NS, "--wait=true")
-    yield cluster
-
-
-@pytest.fixture
-def started(clean: ControlPlane) -> Iterator[list[Any]]:
-    """Rebalancers and proxies a test starts, stopped after it."""
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        if isinstance(thing, Rebalancer):
-            thing.server.kill()
-        else:
-            thing.close()
 
 
 def replica(

@@ -99,6 +99,10 @@ class Rebalancer:
     def stop(self) -> None:
         self.server.stop()
 
+    def close(self) -> None:
+        """Kill the process: the test is over, there is nothing to step down for."""
+        self.server.kill()
+
 
 @pytest.fixture
 def kcm(cluster: ControlPlane) -> Iterator[ControlPlane]:

@@ -20,7 +20,7 @@ resync. The proxy's ``hold`` rule makes one: it forwards the request and passes 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +41,6 @@ pytestmark = pytest.mark.integration
 NODE_WATCH = r"^/api/v1/nodes\?.*watch=true"
 BOUND = 2.0
 """The stall bound the tests run with (``--watch-stall-timeout``); shipped: two minutes."""
-
-
-@pytest.fixture
-def started(cluster: ControlPlane) -> Iterator[list[Any]]:
-    cluster.kubectl("delete", "events", "--all", "-n", NS, "--wait=true")
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        if isinstance(thing, Rebalancer):
-            thing.server.kill()
-        else:
-            thing.close()
 
 
 def hot(r: Rebalancer) -> int | None:

@@ -310,17 +310,24 @@ def test_a_board_following_the_ledger_equals_a_recomputation(specs, ops) -> None
             assert _standing(board.derived[n]) == _standing(derive(load, POLICY, ledger, clock[0])), n
 
 
+def _one_node_following_the_ledger(clock: list[float]) -> tuple[NodeLoad, Ledger, VerdictBoard]:
+    """Node ``n`` (cpu_usage_avg_5m at 0.5 of 4000m), a ledger on ``clock[0]``, and a board over ``n``
+    that follows the ledger's estimates, as the extender's names-mode board does."""
+    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})
+    ledger = Ledger(POLICY, clock=lambda: clock[0])
+    board = VerdictBoard({"n": load}.get, lambda: POLICY, ledger)
+    ledger.listeners.append(lambda nodes: board.update(nodes, clock[0], estimates_only=True))
+    board.rebuild(["n"], clock[0])
+    return load, ledger, board
+
+
 def test_a_bind_on_the_node_of_its_hold_works_nothing_out_again(monkeypatch) -> None:
     """The bind of a pod where its hold is moves an estimate of the same size from hold to placement: the
     node's verdicts, score and rooms stand (only their expiry moves), and the board works nothing out."""
     from app.model import verdicts
 
     clock = [NOW]
-    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})
-    ledger = Ledger(POLICY, clock=lambda: clock[0])
-    board = VerdictBoard({"n": load}.get, lambda: POLICY, ledger)
-    ledger.listeners.append(lambda nodes: board.update(nodes, clock[0], estimates_only=True))
-    board.rebuild(["n"], clock[0])
+    load, ledger, board = _one_node_following_the_ledger(clock)
     ledger.hold(info("p", 500, 1 << 20), "n", clock[0])
     held, generation = board.derived["n"], board.generation
     worked_out = []
@@ -343,11 +350,7 @@ def test_a_hold_reads_the_nodes_estimates_once(monkeypatch) -> None:
     worked out again: from the one reading of the ledger that showed the change, not from a second one
     (the node's estimates are what a recomputation mostly reads). The result equals one from scratch."""
     clock = [NOW]
-    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})
-    ledger = Ledger(POLICY, clock=lambda: clock[0])
-    board = VerdictBoard({"n": load}.get, lambda: POLICY, ledger)
-    ledger.listeners.append(lambda nodes: board.update(nodes, clock[0], estimates_only=True))
-    board.rebuild(["n"], clock[0])
+    load, ledger, board = _one_node_following_the_ledger(clock)
     ledger.hold(info("a", 500, 1 << 20), "n", clock[0])
     readings = []
     units, standing = ledger.standing_units, ledger.standing
@@ -364,13 +367,10 @@ def test_a_board_leaves_alone_a_node_it_does_not_hold() -> None:
     while names-mode requests hold estimates on the cache's nodes) has nothing of it to change: no work,
     and no new generation that would make the requests in flight drop what they worked out."""
     clock = [NOW]
-    load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})
-    ledger = Ledger(POLICY, clock=lambda: clock[0])
-    names_board = VerdictBoard({"n": load}.get, lambda: POLICY, ledger)
+    _, ledger, names_board = _one_node_following_the_ledger(clock)
     other_board = VerdictBoard({}.get, lambda: POLICY, ledger)
-    for board in (names_board, other_board):
-        ledger.listeners.append(lambda nodes, board=board: board.update(nodes, clock[0], estimates_only=True))
-        board.rebuild(["n"] if board is names_board else [], clock[0])
+    ledger.listeners.append(lambda nodes: other_board.update(nodes, clock[0], estimates_only=True))
+    other_board.rebuild([], clock[0])
     before = (names_board.generation, other_board.generation)
     ledger.hold(info("a", 500, 1 << 20), "n", clock[0])
     assert names_board.generation == before[0] + 1

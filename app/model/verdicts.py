@@ -164,13 +164,7 @@ def derive(
     else:
         estimates, units = standing
         extra = ledger.extra_of(load, units)
-        if (
-            previous is not None
-            and previous.units is not None
-            and previous.load is load
-            and previous.policy is policy
-            and now < previous.until
-        ):
+        if previous is not None and _current(previous, load, policy, now):
             return _shifted(previous, load, policy, ledger, now, estimates, units, extra)
     limits = load.limits or policy.limits
     blocked = check_node(load, policy, now, extra) is not None
@@ -265,6 +259,12 @@ def estimates_until(estimates: Iterable[Estimate], policy: Policy, ledger: Ledge
     return min((e.at + (tentative_ttl if e.tentative else bound_ttl) for e in estimates), default=math.inf)
 
 
+def _current(d: Derived, load: NodeLoad, policy: Policy, now: float) -> bool:
+    """Whether ``d`` was worked out from this Node and this policy, with its amounts, and has not expired:
+    then only the node's estimates can have moved since."""
+    return d.units is not None and d.load is load and d.policy is policy and now < d.until
+
+
 def restand(
     d: Derived, load: NodeLoad, policy: Policy, ledger: Ledger, now: float
 ) -> Derived | Standing | None:
@@ -279,7 +279,7 @@ def restand(
 
     When the amounts moved, the ledger's reading of the node is returned instead, for ``derive``: the
     usual case after a hold, where reading the node's estimates twice cost a third of the recomputation."""
-    if d.units is None or d.load is not load or d.policy is not policy or now >= d.until:
+    if not _current(d, load, policy, now):
         return None
     estimates, units = ledger.standing_units(load, now)
     if units != d.units:

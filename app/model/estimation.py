@@ -116,16 +116,16 @@ def units(
         # ``counts`` inlined: this loop runs per estimate per metric on every recomputation of a node
         measured_at = sample.order_at
         within_ttl = oldest + ttl > now
-        if within_ttl and (total := summed.get((resource, measured_at))) is not None:
-            pass
-        elif resource == "cpu":
-            total = sum([e.cpu_milli for e in estimates if e.at >= measured_at and e.at + ttl > now])
-        elif resource == "memory":
-            total = sum([e.memory_bytes for e in estimates if e.at >= measured_at and e.at + ttl > now])
-        else:
-            total = 0
-        if within_ttl:
-            summed[resource, measured_at] = total
+        total = summed.get((resource, measured_at)) if within_ttl else None
+        if total is None:
+            if resource == "cpu":
+                total = sum([e.cpu_milli for e in estimates if e.at >= measured_at and e.at + ttl > now])
+            elif resource == "memory":
+                total = sum([e.memory_bytes for e in estimates if e.at >= measured_at and e.at + ttl > now])
+            else:
+                total = 0
+            if within_ttl:
+                summed[resource, measured_at] = total
         if total:
             out[metric] = total
     return out

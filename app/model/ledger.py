@@ -105,13 +105,13 @@ class Ledger:
     def _configure(self, policy: Policy) -> None:
         self._policy = policy
         self._plan = metric_plan(policy)
-        longest = max((ttl for _, _, ttl in self._plan), default=600.0)
-        self._longest_counted = max((ttl for _, _, ttl in self._plan), default=0.0)
+        ttls = [ttl for _, _, ttl in self._plan]
+        self._longest_counted = max(ttls, default=0.0)
         """The longest any placement can still count (0 without a metric to count it for)."""
-        self.shortest_ttl = min((ttl for _, _, ttl in self._plan), default=600.0)
+        self.shortest_ttl = min(ttls, default=600.0)
         old_bound = getattr(self, "_bound", None)
         old_tentative = getattr(self, "_tentative", None)
-        self._bound = _Expiring(MAX_PODS, longest, self.clock)
+        self._bound = _Expiring(MAX_PODS, max(ttls, default=600.0), self.clock)
         self._tentative = _Expiring(MAX_PODS, policy.estimation.tentative_ttl, self.clock)
         if old_bound is None or old_tentative is None:
             return

@@ -117,18 +117,13 @@ class _Deadlines:
 _deadlines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = weakref.WeakKeyDictionary()
 
 
-_last: _Deadlines | None = None
-
-
 def _deadlines_here() -> _Deadlines:
     """This loop's deadlines (a server runs one loop; tests start several, one after another)."""
-    global _last
     loop = asyncio.get_running_loop()
-    if _last is None or _last.loop is not loop:
-        _last = _deadlines.get(loop)
-        if _last is None:
-            _last = _deadlines[loop] = _Deadlines(loop)
-    return _last
+    found = _deadlines.get(loop)
+    if found is None:
+        found = _deadlines[loop] = _Deadlines(loop)
+    return found
 
 
 def _declared_length(scope: Mapping[str, Any]) -> int | None:

@@ -146,26 +146,28 @@ def clear_pods(api: Api) -> None:
     wait_until(lambda: not api.pods(), None, "pods deleted", 120)
 
 
+def _stat_seconds(path: str) -> float | None:
+    """User + system CPU seconds from a ``/proc`` ``stat`` file; ``None`` when it is gone."""
+    try:
+        with open(path, "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int, tree: bool = True) -> float:
     """User + system CPU seconds ``pid`` (all its threads) and, with ``tree``, its descendants use (granian
     serves from a worker process), from ``/proc/PID/stat``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except FileNotFoundError:
+    total = _stat_seconds(f"/proc/{pid}/stat")
+    if total is None:
         return 0.0
-    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total + (sum(cpu_seconds(child) for child in children(pid)) if tree else 0.0)
 
 
 def thread_cpu_seconds(pid: int, tid: int) -> float:
     """User + system CPU seconds of one thread of ``pid`` (``/proc/PID/task/TID/stat``)."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _stat_seconds(f"/proc/{pid}/task/{tid}/stat") or 0.0
 
 
 LOOP = "/loop"

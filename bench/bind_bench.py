@@ -5,7 +5,8 @@ bound one at a time, rotating between the clients, all in one run so they see th
 
 - ``official``: ``common.kube.Kube.create`` through the ``kubernetes`` client (serialisation layers,
   urllib3's PoolManager);
-- ``lean``: ``common.kube.Kube.create`` with the bind verb's lean transport (``common.kube_lean``);
+- ``lean``: the bind verb's client, ``common.kube_async.AsyncKube.create`` over the lean transport
+  (``common.kube_lean``: httptools over asyncio streams), each call run to its end on one event loop;
 - ``urllib3``: urllib3's ``HTTPSConnectionPool.urlopen`` taken from the official client's pool manager,
   the body encoded by orjson, ``preload_content`` and no retries (what the lean transport is built on);
 - ``httpx``: one pooled keep-alive ``httpx.Client`` with the same TLS context, the body pre-encoded;
@@ -24,6 +25,7 @@ their time goes.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import io
 import pstats
@@ -37,6 +39,7 @@ import orjson
 from bench.bind_client import BindClient
 from bench.cluster_bench import Api
 from common.kube import Kube, load_api_client
+from common.kube_async import AsyncKube
 from tests.cluster.controlplane import ControlPlane, node_body, pod_body
 
 
@@ -80,28 +83,26 @@ def candidates(cp: ControlPlane) -> dict[str, Callable[[str, dict], object]]:
 
     return {
         "official": kube.create,
-        "lean": lambda path, body: lean_kube(cp).create(path, body),
+        "lean": lambda path, body: _LOOP.run_until_complete(lean_kube(cp).create(path, body)),
         "urllib3": with_urllib3,
         "httpx": with_httpx,
         "stdlib": lambda path, body: minimal.post(path, orjson.dumps(body)),
     }
 
 
-_LEAN: list[Kube] = []
+_LEAN: list[AsyncKube] = []
+_LOOP = asyncio.new_event_loop()
 
 
-def lean_kube(cp: ControlPlane) -> Kube:
+def lean_kube(cp: ControlPlane) -> AsyncKube:
     if not _LEAN:
-        from common.kube_lean import LeanTransport
-
-        api_client = load_api_client(str(cp.kubeconfig))
-        _LEAN.append(Kube(api_client, transport=LeanTransport.from_api_client(api_client)))
+        _LEAN.append(AsyncKube.lean(Kube(load_api_client(str(cp.kubeconfig)))))
     return _LEAN[0]
 
 
 DESCRIBED = {
     "official": "official (`Kube.create`, the `kubernetes` client over urllib3's PoolManager)",
-    "lean": "lean (`Kube.create` over `common.kube_lean`: an `http.client` keep-alive pool)",
+    "lean": "lean (`AsyncKube.create` over `common.kube_lean`: httptools over asyncio streams, keep-alive)",
     "urllib3": "urllib3 `HTTPSConnectionPool.urlopen`, pre-encoded body, no retries",
     "httpx": "httpx (one pooled keep-alive `httpx.Client`, pre-encoded body)",
     "stdlib": "stdlib (`http.client`, keep-alive TLS; the echo floor's)",

@@ -14,6 +14,7 @@ time, median (p10-p90); ``--profile`` prints where the second half of the binds 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import io
 import pstats
@@ -35,7 +36,9 @@ from tests.cluster.controlplane import node_body, pod_body
 class AtOnce:
     """A transport that answers every call with success at once (``common.kube_lean``'s interface)."""
 
-    def request(self, method: str, path: str, body: Any, ct: Any, timeout: float, query: Any = None) -> tuple:
+    async def request(
+        self, method: str, path: str, body: Any, ct: Any, timeout: float, query: Any = None
+    ) -> tuple:
         return 201, "Created", b'{"kind":"Status","status":"Success","code":201}', {}
 
 
@@ -47,10 +50,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bind-to", choices=("hold", "round-robin"), default="hold")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args(argv)
-    kube = Kube(None, timeout=4.0, transport=AtOnce())  # type: ignore[arg-type]
-    app = create_app(load_policy(POLICY), kube=kube, policy_poll_seconds=0, lean_bind=False)
+    kube = Kube(None, timeout=4.0)  # type: ignore[arg-type]
+    app = create_app(load_policy(POLICY), kube=kube, policy_poll_seconds=0)
     svc = app.state.services
     cache, ext, binder, ledger = svc.cache, svc.extender, svc.binder, svc.extender.ledger
+    binder.kube.transport = AtOnce()  # the pre-bind steps share the binder's client
+    loop = asyncio.new_event_loop()
     names = [f"n{i}" for i in range(args.nodes)]
     _Nodes(cache).replace([node_body(n, annotations=annotations(0.2)) for n in names], "1")
     _Pods(cache).replace([], "1")
@@ -79,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         if profiling:
             profiler.enable()
         t = time.thread_time()
-        error = binder.bind(BindingArgs(f"p{i}", "default", f"uid-{i}", node))
+        error = loop.run_until_complete(binder.bind(BindingArgs(f"p{i}", "default", f"uid-{i}", node)))
         binds.append(time.thread_time() - t)
         if profiling:
             profiler.disable()

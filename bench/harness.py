@@ -63,6 +63,8 @@ def serve_process(
 
 
 def echo_cmd(port: int) -> list[str]:
+    """The echo floor under uvicorn with h11, the HTTP implementation Ballast's server runs (uvicorn would
+    pick httptools, installed for Ballast's API client, by itself)."""
     return [
         sys.executable,
         "-m",
@@ -73,6 +75,8 @@ def echo_cmd(port: int) -> list[str]:
         "--port",
         str(port),
         "--no-access-log",
+        "--http",
+        "h11",
         "--log-level",
         "warning",
     ]

@@ -34,8 +34,6 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3 import exceptions as urllib3_exceptions
 
-from common.kube_lean import LeanTransport, TransportError
-
 log = logging.getLogger("ballast.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -132,6 +130,22 @@ def _api_error(status: int, reason: str, data: bytes | None, headers: Any = None
     return ApiError(code, str(body.get("reason") or reason or ""), str(message), body, retry_after)
 
 
+def decode_reply(
+    method: str, path: str, status: int, reason: str, data: bytes, headers: Any
+) -> dict[str, Any]:
+    """A reply as the caller sees it, whichever client carried it: the JSON object (a list as
+    ``{"items": ...}``), or ``ApiError`` with the API server's Status."""
+    if not 200 <= status < 300:
+        raise _api_error(status, reason, data, headers)
+    if not data:
+        return {}
+    try:
+        out = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(status, "BadResponse", f"{method} {path}: response is not JSON") from exc
+    return out if isinstance(out, dict) else {"items": out}
+
+
 class Kube:
     """JSON requests to the API server through an official ``ApiClient``.
 
@@ -140,32 +154,15 @@ class Kube:
     is spent; a call that would start after the deadline fails at once with ``ApiError(0, "Timeout")``.
     """
 
-    def __init__(
-        self, api_client: k8s_client.ApiClient, timeout: float = 10.0, transport: LeanTransport | None = None
-    ) -> None:
+    def __init__(self, api_client: k8s_client.ApiClient, timeout: float = 10.0) -> None:
         self.api_client = api_client
         self.timeout = timeout
-        self.transport = transport
-        """When set, ``request`` goes through it instead of the official client (watches never do)."""
         self._local = threading.local()
 
     def close(self) -> None:
         """Release the client's connection pool (at exit; a failure to close changes nothing)."""
         with contextlib.suppress(Exception):
             self.api_client.close()
-
-    def lean(self) -> Kube:
-        """This client with its requests over the lean transport (``common.kube_lean``), for the calls on
-        kube-scheduler's critical path. It shares this client's deadlines, so the calls of one verb on
-        either share one budget; without a transport for the configuration (a proxy) it is this client."""
-        if getattr(self.api_client, "configuration", None) is None:
-            return self  # a client without configuration (tests' stand-ins)
-        transport = LeanTransport.from_api_client(self.api_client)
-        if transport is None:
-            return self
-        twin = Kube(self.api_client, self.timeout, transport)
-        twin._local = self._local
-        return twin
 
     @contextlib.contextmanager
     def deadline(self, seconds: float) -> Iterator[None]:
@@ -232,39 +229,9 @@ class Kube:
         body: Any = None,
         content_type: str | None = None,
     ) -> dict[str, Any]:
-        """One call; ``body`` is a JSON-able value, or bytes already encoded (lean transport only)."""
-        if self.transport is not None:
-            status, reason, data, headers = self._send(method, path, query, body, content_type)
-        else:
-            resp = self._open(method, path, query=query, body=body, content_type=content_type)
-            status, reason, data, headers = resp.status, resp.reason or "", resp.read(), resp.headers
-        if not 200 <= status < 300:
-            raise _api_error(status, reason, data, headers)
-        if not data:
-            return {}
-        try:
-            out = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(status, "BadResponse", f"{method} {path}: response is not JSON") from exc
-        return out if isinstance(out, dict) else {"items": out}
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, str] | None,
-        body: Any,
-        content_type: str | None,
-    ) -> tuple[int, str, bytes, Any]:
-        """The call over the lean transport; no answer is ``ApiError(0, "Unavailable")`` as on the
-        official path."""
-        assert self.transport is not None
-        timeout = self._budget(method, path)
-        payload = body if body is None or isinstance(body, bytes) else orjson.dumps(body)
-        try:
-            return self.transport.request(method, path, payload, content_type, timeout, query)
-        except TransportError as exc:
-            raise ApiError(0, "Unavailable", str(exc)) from exc
+        """One call; ``body`` is a JSON-able value."""
+        resp = self._open(method, path, query=query, body=body, content_type=content_type)
+        return decode_reply(method, path, resp.status, resp.reason or "", resp.read(), resp.headers)
 
     def get(self, path: str, query: Mapping[str, str] | None = None) -> dict[str, Any]:
         return self.request("GET", path, query=query)

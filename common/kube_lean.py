@@ -1,13 +1,18 @@
-"""A lean HTTP transport for the few API calls on kube-scheduler's critical path: the bind verb's.
+"""A lean HTTP transport for the API calls on kube-scheduler's critical path (the bind verb's), on the
+extender's own event loop.
 
 ``common.kube.Kube`` sends every call through the official ``kubernetes`` client, whose layers cost about
-twice the CPU of the request itself: ``param_serialize`` and ``sanitize_for_serialization``, its
-``rest.py`` wrapper, urllib3's PoolManager and its response object. For a Binding that is about 1 ms of
-the extender's CPU per pod. Measured with ``bench/bind_bench.py`` in one run: the official client about
-1000 us per Binding, urllib3's ``HTTPSConnectionPool.urlopen`` with a pre-encoded body about 650 us, a
-pooled ``httpx.Client`` about 1350 us, the standard library's ``http.client`` about 425 us. So this
-transport is ``http.client`` with a small pool of keep-alive connections, and it keeps what the official
-client does for authentication and connections:
+twice the CPU of the request itself, and it blocks, so a bind had to run in a worker thread. On two cores
+busy with the control plane that thread is what costs: handing each bind to a worker and its answer back,
+and the worker contending with the event loop for the GIL, cost several times the bind's own work
+(measured under the real kube-scheduler, ``bench/cluster_bench.py``). Measured per Binding in one run
+(``bench/bind_bench.py``, the caller's CPU): the official client about 1000 us, the standard library's
+``http.client`` in a worker thread (the echo floor's way) about 840-1090 us, httpcore's
+``AsyncConnectionPool`` about 1700-2100 us, h11 over asyncio streams about 570-710 us, httptools' response
+parser over asyncio streams about 400 us, no more than a hand-written parser. So this transport writes the
+request line and headers itself (a few fixed lines) and reads the reply with ``httptools`` (llhttp, the
+parser uvicorn's ``httptools`` mode uses) over asyncio streams, with a small pool of keep-alive
+connections. It keeps what the official client does for authentication and connections:
 
 - TLS from the same ``Configuration`` the official client was built from (``load_api_client``): the CA
   (file or data), the client certificate and key from a kubeconfig, ``insecure-skip-tls-verify``,
@@ -15,62 +20,37 @@ client does for authentication and connections:
 - the bearer token asked of that ``Configuration`` at every call, so its refresh hook runs as it does for
   the official client: the in-cluster loader re-reads the service-account token file once a minute
   (``InClusterConfigLoader``: the kubelet rotates the projected token), a kubeconfig's exec plugin renews
-  its token when it expires;
-- the caller's timeout per call (``Kube`` hands it what is left of the verb's deadline), one attempt per
-  call and no retries: a call that fails answers ``ApiError`` and the caller decides;
+  its token when it expires (that renewal runs on the event loop: once per token lifetime, not per call);
+- the caller's timeout per call (``AsyncKube`` hands it what is left of the verb's deadline), one attempt
+  per call and no retries: a call that fails answers ``TransportError`` and the caller decides;
 - keep-alive with reuse, and recovery: an idle connection the API server has closed or reset is noticed
-  before it is used (the socket is readable: EOF or an RST) and replaced; a connection that failed in any
-  way, or that the server marked ``Connection: close``, is never reused.
+  before it is used (its stream saw EOF or an error) and replaced; a connection that failed in any way,
+  that was cancelled mid-call, or that the server marked ``Connection: close`` is never reused.
 
 A proxy in the configuration (``proxy-url``) is not supported here: ``from_api_client`` answers ``None``
-and the caller keeps the official client.
+and ``AsyncKube`` runs the official client in a worker thread instead.
 """
 
 from __future__ import annotations
 
-import http.client
+import asyncio
 import select
 import ssl
-import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import httptools
+
 POOL_IDLE = 4
-"""Idle connections kept at most: kube-scheduler binds from a few goroutines at once; more threads than
-this still work, the extra connections are closed after their call."""
+"""Idle connections kept at most: kube-scheduler binds from a few goroutines at once; more concurrent
+calls than this still work, the extra connections are closed after their call."""
+
+READ_SIZE = 64 * 1024
 
 
 class TransportError(Exception):
-    """No HTTP answer (connect, TLS, timeout, reset); the message says which and where."""
-
-
-class _TLSConnection(http.client.HTTPSConnection):
-    """``HTTPSConnection`` that sends ``tls_server_name`` (a kubeconfig's ``tls-server-name``) as SNI and
-    checks the certificate against it instead of the host connected to."""
-
-    def __init__(self, host: str, port: int, timeout: float, context: ssl.SSLContext, sni: str) -> None:
-        super().__init__(host, port, timeout=timeout, context=context)
-        self._sni = sni
-
-    def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
-        self.sock = self._context.wrap_socket(self.sock, server_hostname=self._sni)
-
-
-def _dropped(conn: http.client.HTTPConnection) -> bool:
-    """An idle keep-alive connection is dead when its socket is readable: the server sent EOF or reset it
-    (an idle connection has nothing else to read). urllib3 checks the same before reusing one."""
-    sock = conn.sock
-    if sock is None:
-        return True
-    try:
-        if isinstance(sock, ssl.SSLSocket) and sock.pending():
-            return True
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
+    """No HTTP answer (connect, TLS, timeout, reset, a reply that is not HTTP); the message says which."""
 
 
 def ssl_context(cfg: Any) -> ssl.SSLContext:
@@ -90,8 +70,101 @@ def ssl_context(cfg: Any) -> ssl.SSLContext:
     return ctx
 
 
+class Headers(dict[str, str]):
+    """A reply's headers by lower-case name; ``get`` takes any case (``Retry-After``)."""
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(key.lower(), default)
+
+
+class _Reply:
+    """httptools' callbacks: the reply's status, headers and body as they are parsed."""
+
+    __slots__ = ("body", "complete", "headers", "keep_alive", "parser", "reason", "status")
+
+    def __init__(self) -> None:
+        self.body: list[bytes] = []
+        self.headers = Headers()
+        self.reason = ""
+        self.complete = False
+        self.status = 0
+        self.keep_alive = False
+        self.parser: Any = httptools.HttpResponseParser(self)
+
+    def on_status(self, status: bytes) -> None:
+        self.reason += status.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        # Asked here, as uvicorn does: once the message is complete the parser has moved on to the next.
+        self.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+class _Connection:
+    """One keep-alive connection, on the event loop that opened it."""
+
+    __slots__ = ("loop", "reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.reader = reader
+        self.writer = writer
+
+    def usable(self) -> bool:
+        """Open, on this loop, and silent since its last reply: an idle connection has nothing to read,
+        so EOF, an error or stray bytes mean the server closed, reset or broke it. The socket itself is
+        asked (as urllib3 does before reusing a connection): the loop may not have read the EOF yet."""
+        if (
+            self.loop is not asyncio.get_running_loop()
+            or self.writer.is_closing()
+            or self.reader.at_eof()
+            or self.reader.exception() is not None
+        ):
+            return False
+        sock = self.writer.get_extra_info("socket")
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError, TypeError):
+            return False
+        return not readable
+
+    def close(self) -> None:
+        """Close it from any thread: on its own loop directly, else handed to that loop (a transport is
+        not thread-safe); a connection of a loop that is gone is simply dropped."""
+        if self.loop.is_closed():
+            return
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        if current is self.loop:
+            self.writer.close()
+        else:
+            self.loop.call_soon_threadsafe(self.writer.close)
+
+    async def reply(self) -> tuple[int, _Reply, bool]:
+        """Read one reply: its status, what was parsed, and whether the connection may be reused."""
+        got = _Reply()
+        while not got.complete:
+            chunk = await self.reader.read(READ_SIZE)
+            if not chunk:
+                raise ConnectionResetError("the API server closed the connection before its reply ended")
+            got.parser.feed_data(chunk)
+        got.parser = None  # the parser holds ``got``: no cycle left for the collector
+        return got.status, got, got.keep_alive
+
+
 class LeanTransport:
-    """Requests over a pool of keep-alive ``http.client`` connections to one API server."""
+    """Requests over a pool of keep-alive asyncio connections to one API server."""
 
     def __init__(
         self,
@@ -111,12 +184,13 @@ class LeanTransport:
         self.server_name = server_name or self.host
         self.authorization = authorization
         """The ``Authorization`` header for the next call, or ``None``; asked at every call."""
-        self.headers = {"Accept": "application/json"}
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        fixed = [f"Host: {host}:{self.port}", "Accept: application/json"]
         if user_agent:
-            self.headers["User-Agent"] = user_agent
+            fixed.append(f"User-Agent: {user_agent}")
+        self.fixed = "\r\n".join(fixed)
         self.idle = idle
-        self._pool: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
+        self._pool: list[_Connection] = []
         self.opened = 0
         """Connections opened so far (reuse shows as far fewer than calls)."""
 
@@ -124,8 +198,8 @@ class LeanTransport:
     def from_api_client(cls, api_client: Any) -> LeanTransport | None:
         """The transport for an official ``ApiClient``'s server, TLS and credentials; ``None`` when its
         configuration needs what this transport does not do (a proxy)."""
-        cfg = api_client.configuration
-        if cfg.proxy:
+        cfg = getattr(api_client, "configuration", None)
+        if cfg is None or cfg.proxy:
             return None
 
         def authorization() -> str | None:
@@ -143,34 +217,52 @@ class LeanTransport:
             cfg.tls_server_name or None,
         )
 
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        with self._lock:
-            while self._pool:
-                conn = self._pool.pop()
-                if not _dropped(conn):
-                    conn.sock.settimeout(timeout)  # type: ignore[union-attr]
-                    return conn
-                conn.close()
-            self.opened += 1
+    async def _connection(self) -> _Connection:
+        while self._pool:
+            conn = self._pool.pop()
+            if conn.usable():
+                return conn
+            conn.close()
+        self.opened += 1
         if self.tls:
-            assert self.context is not None
-            return _TLSConnection(self.host, self.port, timeout, self.context, self.server_name)
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            reader, writer = await asyncio.open_connection(
+                self.host, self.port, ssl=self.context, server_hostname=self.server_name
+            )
+        else:
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+        return _Connection(reader, writer)
 
-    def _release(self, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            if len(self._pool) < self.idle:
-                self._pool.append(conn)
-                return
-        conn.close()
+    def _release(self, conn: _Connection) -> None:
+        if len(self._pool) < self.idle:
+            self._pool.append(conn)
+        else:
+            conn.close()
 
     def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, []
+        pool, self._pool = self._pool, []
         for conn in pool:
             conn.close()
 
-    def request(
+    def _head(self, method: str, path: str, body: bytes | None, content_type: str | None,
+              query: Mapping[str, str] | None) -> bytes:  # fmt: skip
+        target = self.prefix + path
+        if query:
+            target += "?" + urllib.parse.urlencode(query)
+        if not target.isascii() or not target.isprintable() or " " in target:
+            # A name from a request would otherwise end the request line (CR, LF, a space): refused, not sent.
+            raise TransportError(f"{method} {path!r}: not a path that can be sent")
+        lines = [f"{method} {target} HTTP/1.1", self.fixed]
+        auth = self.authorization()
+        if auth:
+            lines.append(f"Authorization: {auth}")
+        if body is not None:
+            lines.append(f"Content-Type: {content_type or 'application/json'}")
+            lines.append(f"Content-Length: {len(body)}")
+        elif method in ("POST", "PUT", "PATCH"):
+            lines.append("Content-Length: 0")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    async def request(
         self,
         method: str,
         path: str,
@@ -178,31 +270,30 @@ class LeanTransport:
         content_type: str | None,
         timeout: float,
         query: Mapping[str, str] | None = None,
-    ) -> tuple[int, str, bytes, Any]:
+    ) -> tuple[int, str, bytes, Headers]:
         """One attempt: ``(status, reason, body, headers)`` of the answer, whatever its status;
-        ``TransportError`` when there is no answer."""
-        target = self.prefix + path
-        if query:
-            target += "?" + urllib.parse.urlencode(query)
-        headers = dict(self.headers)
-        auth = self.authorization()
-        if auth:
-            headers["Authorization"] = auth
-        if body is not None:
-            headers["Content-Type"] = content_type or "application/json"
-        conn = self._connection(timeout)
+        ``TransportError`` when there is no answer within ``timeout`` seconds."""
+        head = self._head(method, path, body, content_type, query)
+        conn: _Connection | None = None
         try:
-            conn.request(method, target, body, headers)
-            resp = conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
-            conn.close()
+            async with asyncio.timeout(timeout):
+                conn = await self._connection()
+                conn.writer.write(head + body if body else head)
+                status, got, keep = await conn.reply()
+        except TimeoutError as exc:
+            if conn is not None:
+                conn.close()
+            raise TransportError(f"{method} {path}: no answer within {timeout:.3g}s") from exc
+        except (OSError, ssl.SSLError, httptools.HttpParserError, EOFError) as exc:
+            if conn is not None:
+                conn.close()
             raise TransportError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        except BaseException:
-            conn.close()
+        except BaseException:  # cancelled mid-call: the reply may still come, on nobody's behalf
+            if conn is not None:
+                conn.close()
             raise
-        if resp.will_close:
-            conn.close()
-        else:
+        if keep:
             self._release(conn)
-        return resp.status, resp.reason or "", data, resp.headers
+        else:
+            conn.close()
+        return status, got.reason, b"".join(got.body), got.headers

@@ -82,7 +82,7 @@ def _server(app) -> Iterator[int]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on", http="h11"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -12,31 +12,37 @@ binds of one pod run one at a time, a pod known to be bound (the ledger, the pod
 without any step, and a 409 from the Binding is checked against where the pod really is: the same node
 is success and keeps everything, another node is the API's error.
 
-The whole verb shares one deadline (``Kube.deadline``): kube-scheduler gives up after its ``httpTimeout``
-and retries, so a bind that cannot finish in time must answer an error, not keep calling the API.
+The whole verb shares one deadline (``AsyncKube.deadline``): kube-scheduler gives up after its
+``httpTimeout`` and retries, so a bind that cannot finish in time must answer an error, not keep calling
+the API.
+
+Binds run on the extender's event loop and await their API calls (``common.kube_async``): the steps
+between the calls are short and hold no thread lock across an ``await``, so filter and prioritize go on
+while a bind waits for the API server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 from app.extender.wire import BindingArgs
 from app.model.ledger import Ledger
-from common.kube import ApiError, Kube
+from common.kube import ApiError
+from common.kube_async import AsyncKube
 
 log = logging.getLogger("ballast.bind")
 
-Undo = Callable[[], None]
+Undo = Callable[[], Awaitable[None]]
 
 
 class PreBind(Protocol):
-    def __call__(self, args: BindingArgs) -> Undo | None: ...
+    async def __call__(self, args: BindingArgs) -> Undo | None: ...
 
 
 class BindError(Exception):
@@ -53,28 +59,25 @@ class AlreadyBound(BindError):
 
 class PodLocks:
     """One lock per pod being bound, so two binds of the same pod (a retry after a timeout) never
-    interleave; entries live only while a bind of that pod runs."""
+    interleave; entries live only while a bind of that pod runs. Binds run on one event loop, so the
+    table needs no lock of its own."""
 
     def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
-    @contextmanager
-    def hold(self, key: str) -> Iterator[None]:
-        with self._guard:
-            lock, users = self._locks.get(key, (None, 0))
-            lock = lock or threading.Lock()
-            self._locks[key] = (lock, users + 1)
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
         try:
-            with lock:
+            async with lock:
                 yield
         finally:
-            with self._guard:
-                lock, users = self._locks[key]
-                if users == 1:
-                    del self._locks[key]
-                else:
-                    self._locks[key] = (lock, users - 1)
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
     def __len__(self) -> int:
         return len(self._locks)
@@ -83,7 +86,7 @@ class PodLocks:
 class Binder:
     def __init__(
         self,
-        kube: Kube,
+        kube: AsyncKube,
         ledger: Ledger,
         clock: Callable[[], float] = time.time,
         pre_bind: list[PreBind] | None = None,
@@ -100,10 +103,11 @@ class Binder:
         """Seconds the whole verb may take, every API call included (``--api-timeout``)."""
         self.locks = PodLocks()
 
-    def bind(self, args: BindingArgs) -> str:
+    async def bind(self, args: BindingArgs) -> str:
         """Bind and return ``""``, or return the error for ``ExtenderBindingResult.Error``."""
-        with self.locks.hold(f"{args.pod_namespace}/{args.pod_name}"), self.kube.deadline(self.deadline):
-            return self._bind(args)
+        async with self.locks.hold(f"{args.pod_namespace}/{args.pod_name}"):
+            with self.kube.deadline(self.deadline):
+                return await self._bind(args)
 
     def _known_node(self, uid: str) -> str | None:
         """Where Ballast already knows the pod to be bound: its own placement record, or the pod watch."""
@@ -117,13 +121,13 @@ class Binder:
     def _pod_path(self, args: BindingArgs) -> str:
         return f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}"
 
-    def _bind(self, args: BindingArgs) -> str:
+    async def _bind(self, args: BindingArgs) -> str:
         who = f"pod {args.pod_namespace}/{args.pod_name} to node {args.node}"
         undos: list[Undo] = []
         try:
             if not args.pod_uid:
                 # No UID, no key for the load check or the NUMA assumption: learn it from the API.
-                pod = self.kube.get(self._pod_path(args))
+                pod = await self.kube.get(self._pod_path(args))
                 meta = pod.get("metadata") or {}
                 args = dataclasses.replace(args, pod_uid=str(meta.get("uid") or ""))
                 node = str((pod.get("spec") or {}).get("nodeName") or "")
@@ -133,7 +137,7 @@ class Binder:
             if known:
                 raise AlreadyBound(known)
             for step in self.pre_bind:
-                undo = step(args)
+                undo = await step(args)
                 if undo is not None:
                     undos.append(undo)
             body = {
@@ -144,9 +148,9 @@ class Binder:
                 "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
             }
             try:
-                self.kube.create(f"{self._pod_path(args)}/binding", body)
+                await self.kube.create(f"{self._pod_path(args)}/binding", body)
             except ApiError as exc:
-                if exc.code == 409 and (node := self._node_now(args)):
+                if exc.code == 409 and (node := await self._node_now(args)):
                     raise AlreadyBound(node, str(exc)) from exc
                 raise
         except AlreadyBound as exc:
@@ -154,9 +158,9 @@ class Binder:
                 # A retry of a bind that landed: what the first one recorded stands; so does this answer.
                 log.info("bind %s: already bound there; nothing to do", who)
                 return ""
-            return self._failed(who, args, undos, exc)
+            return await self._failed(who, args, undos, exc)
         except (ApiError, BindError) as exc:
-            return self._failed(who, args, undos, exc)
+            return await self._failed(who, args, undos, exc)
         if args.pod_uid:
             # The estimate moves from the tentative hold to the node really chosen, at bind time.
             self.ledger.bound(
@@ -167,18 +171,18 @@ class Binder:
         log.debug("bound %s", who)
         return ""
 
-    def _node_now(self, args: BindingArgs) -> str:
+    async def _node_now(self, args: BindingArgs) -> str:
         """The pod's node as the API server has it now (after a 409), or ``""``."""
         try:
-            pod = self.kube.get(self._pod_path(args))
+            pod = await self.kube.get(self._pod_path(args))
         except ApiError:
             return ""
         return str((pod.get("spec") or {}).get("nodeName") or "")
 
-    def _failed(self, who: str, args: BindingArgs, undos: list[Undo], exc: Exception) -> str:
+    async def _failed(self, who: str, args: BindingArgs, undos: list[Undo], exc: Exception) -> str:
         for undo in reversed(undos):
             try:
-                undo()
+                await undo()
             except Exception:
                 log.exception("bind %s: undoing a pre-bind step failed", who)
         if args.pod_uid and not isinstance(exc, AlreadyBound):

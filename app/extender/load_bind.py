@@ -24,13 +24,13 @@ from app.model.load import check_node
 from app.model.nodestate import NodeLoad
 from app.model.podinfo import pod_info
 from app.model.policy_store import PolicyStore
-from common.kube import Kube
+from common.kube_async import AsyncKube
 
 
 class LoadPreBind:
     def __init__(
         self,
-        kube: Kube,
+        kube: AsyncKube,
         ledger: Ledger,
         store: PolicyStore,
         lookup: Callable[[str], NodeLoad | None],
@@ -50,7 +50,7 @@ class LoadPreBind:
         """Shadow mode: told the metric that would have refused it; the bind goes ahead."""
         self.lock = threading.Lock()
 
-    def _size(self, args: BindingArgs) -> tuple[int, int, int | None] | None:
+    async def _size(self, args: BindingArgs) -> tuple[int, int, int | None] | None:
         """The pod's estimated (cpu millicores, memory bytes) and priority; ``None`` for a DaemonSet pod
         (never limited).
 
@@ -60,7 +60,7 @@ class LoadPreBind:
         known = self.ledger.known(args.pod_uid) if args.pod_uid else None
         if known is not None:
             return known.cpu_milli, known.memory_bytes, known.priority
-        obj = self.kube.get(f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}")
+        obj = await self.kube.get(f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}")
         try:
             pod = pod_info(obj)
         except BadRequest:
@@ -69,13 +69,13 @@ class LoadPreBind:
             return None
         return (*estimate_usage(pod, self.store.current.estimation), pod.priority)
 
-    def __call__(self, args: BindingArgs) -> Undo | None:
+    async def __call__(self, args: BindingArgs) -> Undo | None:
         if not args.pod_uid:
             raise BindError("no pod UID to check the node's limits by")  # ``Binder`` looks it up first
         load = self.lookup(args.node)
         if load is None:
             return None
-        size = self._size(args)
+        size = await self._size(args)
         if size is None:
             return None
         name = f"{args.pod_namespace}/{args.pod_name}"
@@ -98,7 +98,7 @@ class LoadPreBind:
                 return None  # placed already (a retried bind): that record is not this bind's to undo
             self.ledger.bound(None, args.pod_uid, args.node, now, name, size=size[:2])
 
-        def undo() -> None:
+        async def undo() -> None:
             self.ledger.forget(args.pod_uid)
 
         return undo

@@ -42,6 +42,7 @@ from app.model.policy import Policy
 from app.model.policy_store import PolicyStore
 from common.exclusive import DEFAULT_SCHEDULERS
 from common.kube import WATCH_STALL_SECONDS, Kube
+from common.kube_async import AsyncKube
 
 log = logging.getLogger("ballast.extender")
 
@@ -174,11 +175,11 @@ def create_app(
             store, cache.community, cache.topology, lambda count: extender._rejected("numa").inc(count), clock
         )
     if kube is not None:
-        # The bind verb's API calls (the pod read, the NUMA result patch, the Binding) go over the lean
-        # transport (``common.kube_lean``: about half the CPU of the official client per call), share one
-        # deadline per verb (``Kube.deadline``, with the official client's calls too) and make one attempt
-        # each. Everything else (watches, lists) keeps the official client.
-        bind_kube = kube.lean() if lean_bind else kube
+        # The bind verb's API calls (the pod read, the NUMA result patch, the Binding) are awaited on the
+        # event loop over the lean transport (``common.kube_async``, ``common.kube_lean``), share one
+        # deadline per verb and make one attempt each. Everything else (watches, lists) keeps the official
+        # client; so does the bind with ``lean_bind=False``, in a worker thread.
+        bind_kube = AsyncKube.lean(kube) if lean_bind else AsyncKube(kube)
         load_check = LoadPreBind(
             bind_kube,
             ledger,

@@ -214,6 +214,35 @@ def test_a_bind_answers_within_the_api_timeout_when_the_api_server_freezes(
     assert all(t < API_TIMEOUT + 1.0 for t in timings.values()), timings
 
 
+def test_a_bind_waiting_for_the_api_server_holds_up_no_other_verb(cluster: ControlPlane, extender) -> None:
+    """The bind awaits its API calls on the event loop that serves every verb: while its Binding waits on a
+    frozen API server, filter and prioritize (answered from the cache) come back at once. A bind that
+    blocked the loop would hold them for the whole ``--api-timeout``."""
+    client, app = extender
+    create_nodes(cluster.core(), [node_body("waiting", annotations=load(0.10))])
+    node_seen(app, "waiting")
+    uids = create_pods(cluster, ["stuck", "next"], requests={"cpu": "100m"})
+    following = cluster.core().read_namespaced_pod("next", "default")
+    args = {
+        "Pod": cluster.core().api_client.sanitize_for_serialization(following),
+        "NodeNames": ["waiting"],
+    }
+    with frozen(cluster), ThreadPoolExecutor(1) as pool:
+        start = time.monotonic()
+        pending = pool.submit(bind, client, "stuck", uids["stuck"], "waiting")
+        time.sleep(0.3)  # the bind is in its Binding call now
+        answers = []
+        for verb in ("/filter", "/prioritize", "/filter", "/prioritize"):
+            asked = time.monotonic()
+            r = client.post(verb, json=args)
+            answers.append((verb, r.status_code, time.monotonic() - asked))
+        assert not pending.done(), "the bind should still be waiting for the frozen API server"
+        err = pending.result(timeout=API_TIMEOUT + 5)
+        waited = time.monotonic() - start
+    assert all(code == 200 and took < 0.5 for _, code, took in answers), answers
+    assert err and waited < API_TIMEOUT + 1.0, (err, waited)
+
+
 def test_concurrent_numa_binds_of_an_untrusted_scheduler_never_overfill_a_zone(
     cluster: ControlPlane, extender
 ) -> None:

@@ -120,8 +120,8 @@ class Verb:
     """The body in, the answer out (bytes of JSON, or something ``JSONBytes`` encodes)."""
     on_fault: Callable[[str], Any]
     """The answer kube-scheduler understands for an unexpected fault, given its message."""
-    threaded: bool = False
-    """``decide`` does blocking I/O: run it in a worker thread."""
+    awaited: bool = False
+    """``decide`` is a coroutine function (the bind verb: it awaits its API calls on the loop)."""
     after: Callable[[], None] | None = None
     """Work the answer need not wait for (``Extender.settle``): run once it is sent."""
 
@@ -145,7 +145,7 @@ def _after(verb: Verb, response: Response | None = None) -> None:
 
 
 async def answer(svc: Services, scope: dict[str, Any], receive: Any, verb: Verb) -> Response:
-    """Answer one verb: read the body, decide (in a thread when it does blocking I/O), count and time.
+    """Answer one verb: read the body, decide (awaited when it calls the API), count and time.
     The body's bytes count against the bytes in flight until the answer is ready, however it ends."""
     held = [0]
     try:
@@ -163,8 +163,8 @@ async def _answer(
     try:
         body = await read_body(scope, receive, svc.max_body_bytes, svc.body_timeout, svc.body_budget)
         held[0] = len(body)
-        if verb.threaded:
-            result = await asyncio.to_thread(verb.decide, body)
+        if verb.awaited:
+            result = await verb.decide(body)
         else:
             result = _without_cyclic_gc(verb.decide, body)
         response = (
@@ -239,16 +239,16 @@ def _preempt_verb(svc: Services) -> Verb:
 def _bind_verb(svc: Services) -> Verb:
     binder = svc.binder
 
-    def bind_(body: bytes) -> dict[str, str]:
+    async def bind_(body: bytes) -> dict[str, str]:
         args = parse_binding_args(body)
         if binder is None:
             return {
                 "Error": "this extender has no cluster access (start it with --kubeconfig or in a cluster); "
                 "remove bindVerb from the scheduler config or give it access"
             }
-        return {"Error": binder.bind(args)}
+        return {"Error": await binder.bind(args)}
 
-    return Verb("bind", bind_, lambda msg: {"Error": msg}, threaded=True)
+    return Verb("bind", bind_, lambda msg: {"Error": msg}, awaited=True)
 
 
 VERBS: dict[str, Callable[[Services], Verb]] = {

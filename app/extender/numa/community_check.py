@@ -30,7 +30,7 @@ from app.extender.numa.crane import combine
 from app.extender.wire import BindingArgs
 from app.model.podinfo import PodInfo
 from app.model.policy_store import PolicyStore
-from common.kube import Kube
+from common.kube_async import AsyncKube
 
 MISSING = object()
 
@@ -171,18 +171,18 @@ class CommunityPreBind:
     """The bind step: choose the zones again under the view's lock, refuse the bind when they no longer
     fit (a pod bound since filter took them), and record them as assumed until the object counts them."""
 
-    def __init__(self, kube: Kube, check: CommunityCheck) -> None:
+    def __init__(self, kube: AsyncKube, check: CommunityCheck) -> None:
         self.kube = kube
         self.check = check
 
-    def __call__(self, args: BindingArgs) -> Undo | None:
+    async def __call__(self, args: BindingArgs) -> Undo | None:
         view = self.check.view
         if self.check.fit_target(args.node) is None:
             return None
         demand = self.check.seen(args.pod_uid)
         if demand is MISSING:
             path = f"/api/v1/namespaces/{args.pod_namespace}/pods/{args.pod_name}"
-            demand = community_demand(self.kube.get(path))  # not seen in filter (e.g. after a restart)
+            demand = community_demand(await self.kube.get(path))  # not seen in filter (e.g. after a restart)
         if not isinstance(demand, Demand):
             return None
         uid = args.pod_uid or f"{args.pod_namespace}/{args.pod_name}"
@@ -197,4 +197,8 @@ class CommunityPreBind:
                 view.assume(
                     Assumed(uid, args.pod_namespace, args.pod_name, args.node, f.placements, view.clock())
                 )
-        return lambda: view.forget(uid)
+
+        async def undo() -> None:
+            view.forget(uid)
+
+        return undo

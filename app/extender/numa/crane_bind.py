@@ -21,7 +21,8 @@ from app.extender.bind import AlreadyBound, BindError, Undo
 from app.extender.numa.crane import fit, numa_request
 from app.extender.wire import BindingArgs
 from app.model.policy_store import PolicyStore
-from common.kube import ApiError, Kube
+from common.kube import ApiError
+from common.kube_async import AsyncKube
 from common.seal import SEAL_ANNOTATION, seal
 from common.topology_annotations import TOPOLOGY_RESULT_ANNOTATION, render_topology_result
 
@@ -29,7 +30,7 @@ from common.topology_annotations import TOPOLOGY_RESULT_ANNOTATION, render_topol
 class NumaPreBind:
     def __init__(
         self,
-        kube: Kube,
+        kube: AsyncKube,
         cache: Any,
         store: PolicyStore,
         seen: Callable[[str], Any],
@@ -44,15 +45,15 @@ class NumaPreBind:
         """Looks up what filter learnt about a pod: its NumaRequest, None (no NUMA need), or MISSING."""
         self.lock = threading.Lock()
 
-    def _unbound(self, path: str) -> dict[str, Any]:
+    async def _unbound(self, path: str) -> dict[str, Any]:
         """The pod as the API has it now; ``AlreadyBound`` when it has a node."""
-        pod = self.kube.get(path)
+        pod = await self.kube.get(path)
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             raise AlreadyBound(str(node))
         return pod
 
-    def __call__(self, args: BindingArgs) -> Undo | None:
+    async def __call__(self, args: BindingArgs) -> Undo | None:
         topo = self.cache.topology(args.node)
         if topo is None or not topo.static or not topo.zones:
             return None  # no NRT, or the kubelet manages CPUs there: nothing to write
@@ -60,7 +61,7 @@ class NumaPreBind:
         req = self.seen(args.pod_uid)
         pod: dict[str, Any] | None = None
         if req is MISSING:
-            pod = self._unbound(path)
+            pod = await self._unbound(path)
             req = numa_request(pod)  # not seen in filter (e.g. after a restart)
         if req is None:
             return None
@@ -71,38 +72,38 @@ class NumaPreBind:
                 raise BindError(f"NUMA zones of {args.node} changed since filter: {f.reason}")
             self.cache.assume(uid, args.node, f.result)
         try:
-            self._write(path, pod, args, f.result)
+            await self._write(path, pod, args, f.result)
         except (ApiError, BindError):
             self.cache.forget_assumed(uid)
             raise
 
-        def undo() -> None:
+        async def undo() -> None:
             self.cache.forget_assumed(uid)
             gone = {TOPOLOGY_RESULT_ANNOTATION: None, SEAL_ANNOTATION: None}
             with contextlib.suppress(AlreadyBound):  # bound meanwhile: its result is no longer ours to take
-                self._patch_unbound(path, None, {"annotations": gone})
+                await self._patch_unbound(path, None, {"annotations": gone})
 
         return undo
 
-    def _write(self, path: str, pod: dict[str, Any] | None, args: BindingArgs, result: Any) -> None:
+    async def _write(self, path: str, pod: dict[str, Any] | None, args: BindingArgs, result: Any) -> None:
         text = render_topology_result(result)
         annotations = {TOPOLOGY_RESULT_ANNOTATION: text}
         if self.result_key is not None:
             pod_uid = args.pod_uid
             if not pod_uid:
-                pod = pod or self._unbound(path)
+                pod = pod or await self._unbound(path)
                 pod_uid = str((pod.get("metadata") or {}).get("uid") or "")
             annotations[SEAL_ANNOTATION] = seal(self.result_key, pod_uid, args.node, text)
-        self._patch_unbound(path, pod, {"annotations": annotations})
+        await self._patch_unbound(path, pod, {"annotations": annotations})
 
-    def _patch_unbound(self, path: str, pod: dict[str, Any] | None, metadata: dict[str, Any]) -> None:
+    async def _patch_unbound(self, path: str, pod: dict[str, Any] | None, metadata: dict[str, Any]) -> None:
         """Merge-patch ``metadata`` onto the pod only while it has no node: the patch names the
         resourceVersion read, so a change in between (a Binding) fails it; then the pod is read again."""
         for _attempt in range(3):
-            pod = pod or self._unbound(path)
+            pod = pod or await self._unbound(path)
             rv = (pod.get("metadata") or {}).get("resourceVersion")
             try:
-                self.kube.merge_patch(path, {"metadata": {**metadata, "resourceVersion": rv}})
+                await self.kube.merge_patch(path, {"metadata": {**metadata, "resourceVersion": rv}})
                 return
             except ApiError as exc:
                 if exc.code != 409:

@@ -230,3 +230,24 @@ def test_a_connection_of_another_event_loop_is_not_reused() -> None:
             assert other == 200 and transport.opened == 2
 
     run(main())
+
+
+def test_a_configuration_with_a_proxy_binds_through_the_official_client() -> None:
+    """The lean transport does not speak to proxies: with ``proxy-url`` in the configuration the bind's calls
+    go through the official client (which does), in a worker thread, with the same answers."""
+    from kubernetes import client as k8s_client
+
+    async def main() -> None:
+        async with Server(fixed(OK)) as server:
+            cfg = k8s_client.Configuration()
+            cfg.host = server.url
+            direct = AsyncKube.lean(Kube(k8s_client.ApiClient(cfg)))
+            assert isinstance(direct.transport, LeanTransport)
+            assert await direct.get("/x") == {"a": "b"}
+            cfg.proxy = server.url  # the scripted server stands in for the proxy: it answers every request
+            proxied = AsyncKube.lean(Kube(k8s_client.ApiClient(cfg)))
+            assert proxied.transport is None
+            assert await proxied.get("/x") == {"a": "b"}
+            assert server.requests[-1].startswith(f"GET {server.url}/x HTTP/1.1".encode())  # proxy form
+
+    run(main())

@@ -137,7 +137,6 @@ def create_app(
     slow_request: float = DEFAULT_SLOW_SECONDS,
     access_summary_seconds: float = SUMMARY_SECONDS,
     nrt_assume_ttl: float = 120.0,
-    lean_bind: bool = True,
 ) -> FastAPI:
     """Build the extender app.
 
@@ -146,7 +145,6 @@ def create_app(
     from that cache, and binds. The access log (``ballast.access``) has failed requests, requests slower
     than ``slow_request`` seconds and a summary every ``access_summary_seconds``; ``access_log`` adds one
     INFO line per request.
-    ``lean_bind=False`` keeps the bind verb on the official client (the bench compares the two).
     """
     metrics = metrics or ExtenderMetrics()
     store = PolicyStore(policy, policy_path, metrics)
@@ -178,8 +176,8 @@ def create_app(
         # The bind verb's API calls (the pod read, the NUMA result patch, the Binding) are awaited on the
         # event loop over the lean transport (``common.kube_async``, ``common.kube_lean``), share one
         # deadline per verb and make one attempt each. Everything else (watches, lists) keeps the official
-        # client; so does the bind with ``lean_bind=False``, in a worker thread.
-        bind_kube = AsyncKube.lean(kube) if lean_bind else AsyncKube(kube)
+        # client, and so do the bind's calls where the lean transport cannot serve (a proxy), in a thread.
+        bind_kube = AsyncKube.lean(kube)
         load_check = LoadPreBind(
             bind_kube,
             ledger,

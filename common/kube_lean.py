@@ -6,13 +6,13 @@ twice the CPU of the request itself, and it blocks, so a bind had to run in a wo
 busy with the control plane that thread is what costs: handing each bind to a worker and its answer back,
 and the worker contending with the event loop for the GIL, cost several times the bind's own work
 (measured under the real kube-scheduler, ``bench/cluster_bench.py``). Measured per Binding in one run
-(``bench/bind_bench.py``, the caller's CPU): the official client about 1000 us, the standard library's
-``http.client`` in a worker thread (the echo floor's way) about 840-1090 us, httpcore's
-``AsyncConnectionPool`` about 1700-2100 us, h11 over asyncio streams about 570-710 us, httptools' response
-parser over asyncio streams about 400 us, no more than a hand-written parser. So this transport writes the
-request line and headers itself (a few fixed lines) and reads the reply with ``httptools`` (llhttp, the
-parser uvicorn's ``httptools`` mode uses) over asyncio streams, with a small pool of keep-alive
-connections. It keeps what the official client does for authentication and connections:
+(``bench/bind_bench.py``, the caller's CPU): the official client about 1130 us, the standard library's
+``http.client`` about 500 us called directly and 800 us handed to a worker thread (the echo floor's way),
+httpcore's ``AsyncConnectionPool`` about 1650 us, h11 over asyncio streams about 510 us, httptools' reply
+parser over asyncio streams about 420 us. So this transport writes the request line and headers itself (a
+few fixed lines) and reads the reply with ``httptools`` (llhttp, the parser of uvicorn's ``httptools``
+mode) over asyncio streams, with a small pool of keep-alive connections. It keeps what the official
+client does for authentication and connections:
 
 - TLS from the same ``Configuration`` the official client was built from (``load_api_client``): the CA
   (file or data), the client certificate and key from a kubeconfig, ``insecure-skip-tls-verify``,

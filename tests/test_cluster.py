@@ -216,6 +216,32 @@ def test_bind_bad_body_is_400(cluster) -> None:
     assert r.status_code == 400 and r.json()["field"] == "PodNamespace"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("PodName", "web/../../nodes/n1"),  # would move the Binding's URL elsewhere
+        ("PodName", "web\r\nX-Injected: 1"),  # would end the request line
+        ("PodName", "Web"),
+        ("PodName", "w" * 254),
+        ("PodNamespace", "shop.eu"),  # a namespace is a label: no dots
+        ("PodNamespace", "s" * 64),
+        ("Node", "node 1"),
+        ("Node", "-n1"),
+    ],
+)
+def test_bind_names_the_api_server_could_not_hold_are_400(cluster, fake_kube, field: str, value: str) -> None:
+    """The names go into the Binding's URL: one the API server could never hold is refused before any
+    call, naming the field and the rule, and the pod stays unbound."""
+    client, _ = cluster
+    uid = fake_kube.add(pod_obj("web-9"))["metadata"]["uid"]
+    body = {"PodName": "web-9", "PodNamespace": "shop", "PodUID": uid, "Node": IDLE} | {field: value}
+    r = client.post("/bind", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == field and "is not a Kubernetes name" in r.json()["reason"]
+    assert not [q for q in fake_kube.requests if q.method != "GET"]
+    assert not fake_kube.get("pods", "web-9", namespace="shop")["spec"].get("nodeName")
+
+
 def test_bind_without_cluster_access_says_so() -> None:
     client = TestClient(create_app(load_policy(POLICY_FILE)))
     r = client.post("/bind", json={"PodName": "x", "PodNamespace": "y", "PodUID": "u", "Node": "n"})

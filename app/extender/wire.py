@@ -8,6 +8,7 @@ the scheduler's Go decoder is case-insensitive, so lowercase request keys are ac
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -246,8 +247,30 @@ class BindingArgs:
     node: str
 
 
+_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = (
+    re.compile(rf"{_LABEL}(?:\.{_LABEL})*"),
+    253,
+    "a DNS subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, "
+    "at most 253 characters",
+)
+_NAMES = {
+    # the API server's own rules for these names: a pod or node name is a DNS subdomain, a namespace a label
+    "podname": _SUBDOMAIN,
+    "podnamespace": (
+        re.compile(_LABEL),
+        63,
+        "a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit, "
+        "at most 63 characters",
+    ),
+    "node": _SUBDOMAIN,
+}
+
+
 def parse_binding_args(body: bytes) -> BindingArgs:
-    """Read ExtenderBindingArgs; every field is a required, non-empty string (UID may be empty)."""
+    """Read ExtenderBindingArgs; every field is a required, non-empty string (UID may be empty), and the
+    names are names the API server could hold: they go into the Binding's URL, where a ``/``, a space or a
+    line break would change what is asked."""
     folded = _fold(load_json(body), "ExtenderBindingArgs")
     values = {}
     for key, field in (
@@ -263,6 +286,10 @@ def parse_binding_args(body: bytes) -> BindingArgs:
             raise BadRequest(field, "required: a string")
         if not v and key != "poduid":
             raise BadRequest(field, "must not be empty")
+        if key in _NAMES:
+            pattern, longest, what = _NAMES[key]
+            if len(v) > longest or not pattern.fullmatch(v):
+                raise BadRequest(field, f"{v[:80]!r} is not a Kubernetes name, which is {what}")
         values[key] = v
     return BindingArgs(values["podname"], values["podnamespace"], values["poduid"], values["node"])
 

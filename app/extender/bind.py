@@ -150,6 +150,10 @@ class Binder:
             try:
                 await self.kube.create(f"{self._pod_path(args)}/binding", body)
             except ApiError as exc:
+                # No answer, or an error, need not mean no Binding: the pod watch may already have seen
+                # the pod bound (the reply was lost after the API server wrote it); then that is the answer.
+                if node := self.bound_node(args.pod_uid):
+                    raise AlreadyBound(node, str(exc)) from exc
                 if exc.code == 409 and (node := await self._node_now(args)):
                     raise AlreadyBound(node, str(exc)) from exc
                 raise

@@ -37,6 +37,7 @@ class LoadPreBind:
         clock: Callable[[], float],
         on_refused: Callable[[str], None] = lambda metric: None,
         on_shadow_refused: Callable[[str], None] = lambda metric: None,
+        bound_node: Callable[[str], str | None] = lambda uid: None,
     ) -> None:
         self.kube = kube
         self.ledger = ledger
@@ -48,6 +49,8 @@ class LoadPreBind:
         """Told the metric that refused a bind (``ballast_extender_binds_refused_total``)."""
         self.on_shadow_refused = on_shadow_refused
         """Shadow mode: told the metric that would have refused it; the bind goes ahead."""
+        self.bound_node = bound_node
+        """The node the pod watch has seen the pod bound to (by UID), or ``None``."""
         self.lock = threading.Lock()
 
     async def _size(self, args: BindingArgs) -> tuple[int, int, int | None] | None:
@@ -99,6 +102,10 @@ class LoadPreBind:
             self.ledger.bound(None, args.pod_uid, args.node, now, name, size=size[:2])
 
         async def undo() -> None:
-            self.ledger.forget(args.pod_uid)
+            # A Binding whose reply was lost may have landed: once the pod watch has seen the pod there, the
+            # record is the pod's, no longer this bind's to take back. (The watch notes the pod before it
+            # records it, so an event racing this undo either stops it here or records the pod after.)
+            if self.bound_node(args.pod_uid) is None:
+                self.ledger.forget(args.pod_uid)
 
         return undo

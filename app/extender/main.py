@@ -186,6 +186,7 @@ def create_app(
             clock,
             lambda metric: metrics.binds_refused.labels(metric).inc(),
             lambda metric: metrics.shadow_binds_would_refuse.labels(metric).inc(),
+            cache.bound_node,
         )
         numa = NumaPreBind(bind_kube, cache, store, extender.numa.seen, result_key)
         assert community is not None

@@ -67,6 +67,16 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "used instead of their estimates) while its updateTime is within two of these",
     )
 
+    p.add_argument(
+        "--event-ttl",
+        type=duration,
+        default="1h",
+        metavar="DURATION",
+        help="kube-apiserver's --event-ttl: how long the Events live that a new leader learns its "
+        "predecessors' evictions from; with a longer workloadWindow a new leader evicts nothing until "
+        "the evictions it cannot know of have left the window",
+    )
+
     add_leader_flags(p, "ballast-rebalancer", "evicts", "evicting")
 
     srv = p.add_argument_group("serving and API")

@@ -12,7 +12,9 @@ Planned evictions count at once (the plan stops at a limit); the per-workload wi
 evictions that happened or may have happened (``commit``: evicted, or an unknown outcome), so a
 PodDisruptionBudget refusal does not use up the window. The window is kept per pod UID: a new leader's
 rebuilt promises (``app.rebalancer.promises``) and this replica's own count once, and an unknown outcome
-whose pod is seen unchanged is taken back (``forget``).
+whose pod is seen unchanged is taken back (``forget``). A history known to be incomplete (a new leader
+whose window outlasts the Events it rebuilt the history from: ``unknown_until``) allows no eviction until
+every eviction it may be missing has left the window.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class Limiter:
         self.limits = limits
         self._history: dict[str, dict[str, float]] = {}
         """workload -> pod UID -> when the eviction call was made"""
+        self.unknown_until = float("-inf")
+        """Before this time an eviction an earlier leader made may be missing from the history."""
+        self.unknown_why = ""
         self.begin(limits)
 
     def begin(self, limits: Limits) -> None:
@@ -66,6 +71,8 @@ class Limiter:
             return f"limit: {lim.per_node} evictions per node per cycle reached"
         if self.by_namespace[pod.namespace] >= lim.per_namespace:
             return f"limit: {lim.per_namespace} evictions per namespace per cycle reached in {pod.namespace}"
+        if now < self.unknown_until:
+            return f"limit: {self.unknown_why}"
         recent = self._recent(pod.workload, now) + self.by_workload[pod.workload]
         if recent >= lim.per_workload:
             return (
@@ -89,6 +96,12 @@ class Limiter:
         """Count an eviction call of ``uid`` at ``at`` (the later time when it is already counted)."""
         times = self._history.setdefault(workload, {})
         times[uid] = max(at, times.get(uid, at))
+
+    def history_unknown(self, until: float, why: str) -> None:
+        """Evictions made before the history was rebuilt may be missing from it; they have all left every
+        workload's window at ``until``, so no pod is evicted before then (``why`` says so in the plan)."""
+        self.unknown_until = max(self.unknown_until, until)
+        self.unknown_why = why
 
     def forget(self, workload: str, uid: str) -> None:
         """An unknown outcome that did not evict: it stops counting."""

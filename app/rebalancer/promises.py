@@ -22,8 +22,9 @@ Events' ``creationTimestamp`` measured against the API server's own clock (the l
 never against another replica's clock, rounded towards "more recent": a new leader never hastens. The
 node's wait uses the writer's own clock, the one the measurements it waits past were compared with.
 
-Events live as long as kube-apiserver's ``--event-ttl`` (1 h by default): a workload window longer than
-that is kept across a change of leader only for the last hour. An Event that could not be written leaves
+Events live as long as kube-apiserver's ``--event-ttl`` (1 h by default): with a workload window longer
+than that, a new leader evicts nothing until what the Events could not tell has left the window
+(``Limiter.history_unknown``). An Event that could not be written leaves
 nothing to rebuild from (the write failures are counted in ``ballast_rebalancer_api_calls_total``).
 Dry runs rebuild from ``RebalanceDryRun`` Events, real runs from the others: they never mix.
 """

@@ -34,6 +34,7 @@ from typing import Any, TextIO
 import orjson
 
 from app import __version__
+from app.model.annotations import format_timestamp
 from app.model.policy import Policy, PolicyError, load_policy
 from app.model.policy_store import PolicyStore
 from app.model.rebalance_policy import RebalanceSettings, rebalance_settings
@@ -54,6 +55,7 @@ from app.rebalancer.nodeloads import NodeLoadCache
 from app.rebalancer.plan import LIMITED, NO_FIT, Plan, plan_cycle
 from app.rebalancer.policy_check import policy_warnings
 from app.rebalancer.promises import SETTLE, Promise, from_events
+from common.durations import format_duration
 from common.health import HealthServer
 from common.kube import ApiError, Kube, KubeConfigError, Reflector, connect
 from common.leader import default_identity, elector_from_args, leader_flags_problem
@@ -66,6 +68,9 @@ log = logging.getLogger("ballast.rebalancer")
 IDLE = "the policy has no spec.rebalance: the rebalancer idles"
 STUCK_CYCLES = 5
 """/healthz fails when the loop has not turned for this many intervals (at least 5 minutes)."""
+EVENT_TTL = 3600.0
+"""kube-apiserver's default ``--event-ttl``: how long the Events a new leader rebuilds its limits from
+live."""
 
 
 def settings_problem(policy: Policy) -> str | None:
@@ -96,6 +101,7 @@ class Rebalancer:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Any] = time.sleep,
         measured: NodeLoadCache | None = None,
+        event_ttl: float = EVENT_TTL,
     ) -> None:
         self.policy = policy
         self.nodes = nodes
@@ -110,6 +116,9 @@ class Rebalancer:
         self.events = events
         """This component's Events and the API server's clock (``Kube.get_dated``); ``None``: nothing to
         rebuild from (unit tests)."""
+        self.event_ttl = event_ttl
+        """How long the API server keeps Events (kube-apiserver's ``--event-ttl``): older evictions of an
+        earlier leader are not in them."""
         self.clock = clock
         self.sleep = sleep
         self.measured = measured
@@ -215,6 +224,18 @@ class Rebalancer:
                 self._next_call = max(self._next_call, mono + (p.at + pace - wall))
             if rebuilt:
                 log.info("kept %d eviction(s) of earlier leaders in the limits and waits", len(rebuilt))
+            window = settings.limits.workload_window
+            if window > self.event_ttl:
+                # An earlier leader's eviction older than the Events is unknown; it may still count in a
+                # workload's window until window - event_ttl from now. Until then, nothing is evicted.
+                until = wall + window - self.event_ttl
+                self.limiter.history_unknown(
+                    until,
+                    f"workloadWindow {format_duration(window)} outlasts the Events "
+                    f"({format_duration(self.event_ttl)}, --event-ttl) an earlier leader's evictions are "
+                    f"known from; none before {format_timestamp(until)}",
+                )
+                log.info("new term: %s", self.limiter.unknown_why)
         self._term_seen = term
         window = settings.limits.workload_window
         for uid, p in list(self.promises.items()):
@@ -417,6 +438,7 @@ def _once(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, o
         confirm=elector.confirm if elector is not None else None,
         term=(lambda: elector.term) if elector is not None else (lambda: 0),
         events=_events(kube),
+        event_ttl=args.event_ttl,
     )
     try:
         plan = rebalancer.cycle()
@@ -479,7 +501,7 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
         lambda: store.current, nodes, pods, _evictor(args, kube, identity, metrics), metrics,
         blocked=blocked, may_act=may_act, measured=measured, confirm=confirm,
         term=(lambda: elector.term) if elector is not None else (lambda: 0),
-        events=_events(kube), sleep=stop.wait,
+        events=_events(kube), sleep=stop.wait, event_ttl=args.event_ttl,
     )  # fmt: skip
     beat = [time.monotonic()]
 

@@ -507,3 +507,38 @@ def test_no_eviction_call_without_leadership_confirmed_right_before_it() -> None
     r.cycle()
     assert kube.evictions() == []
     assert [e["reason"] for e in kube.events()] == ["RebalanceCancelled"]
+
+
+def test_a_new_leader_whose_window_outlasts_the_events_evicts_nothing_until_it_could_know() -> None:
+    """With workloadWindow 2h and Events that live 1h, a new leader cannot know an eviction its predecessor
+    made between one and two hours ago, which may still hold a workload's only eviction of the window. It
+    evicts nothing for the difference (1h), says why in the plan, and then goes on; a window within the
+    Events' life is rebuilt from them and changes nothing."""
+    clock = [NOW + 1]
+
+    def leader(window: str, event_ttl: float) -> tuple[Rebalancer, Calls]:
+        kube = Calls()
+        p, _ = policy(consecutiveAbnormal=1, workloadWindow=window)
+        nodes, pods = NodeCache(lambda: p, clock=lambda: clock[0]), PodCache(lambda: p)
+        nodes.replace([node("hot", 0.99), node("cool", 0.10)], "1")
+        pods.replace([pod(f"p{i}", "hot", cpu="500m", owner_name=f"o{i}") for i in range(3)], "1")
+        ev = Evictor(kube, dry_run=False, clock=lambda: clock[0])  # type: ignore[arg-type]
+        r = Rebalancer(lambda: p, nodes, pods, ev, RebalancerMetrics(), clock=lambda: clock[0],
+                       sleep=lambda s: None, term=lambda: 1, events=lambda: ([], NOW),
+                       event_ttl=event_ttl)  # fmt: skip
+        return r, kube
+
+    r, kube = leader("2h", 3600.0)
+    plan = r.cycle()
+    assert plan is not None and plan.evictions == [] and kube.evictions() == []
+    why = {c.why for n in plan.nodes for c in n.candidates}
+    assert len(why) == 1 and "workloadWindow 2h outlasts the Events (1h, --event-ttl)" in why.pop()
+    clock[0] = NOW + 3600 + 2  # every eviction it could not know of has left the window now
+    nodes_hot = [node("hot", 0.99, at=clock[0] - 30), node("cool", 0.10, at=clock[0] - 30)]
+    r.nodes.replace(nodes_hot, "2")
+    plan = r.cycle()
+    assert plan is not None and len(kube.evictions()) == 2
+
+    clock[0] = NOW + 1
+    r, kube = leader("30m", 3600.0)
+    assert r.cycle() is not None and len(kube.evictions()) == 2

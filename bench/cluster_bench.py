@@ -172,7 +172,8 @@ def thread_cpu_seconds(pid: int, tid: int) -> float:
 
 LOOP = "/loop"
 """Suffix of an extender's main-thread entry in the CPU readings: under uvicorn, the event loop serving
-every request; the rest of the process is its worker threads (bind) and, for Ballast, its watches."""
+every request (and Ballast's binds, awaited there); the rest of the process is the echo's bind workers
+and Ballast's watches."""
 
 
 def children(pid: int) -> list[int]:
@@ -430,8 +431,8 @@ def report(modes: list[str], rates: dict[str, list[float]], cpu: dict[str, list[
     split = [m for m in modes if m != "none" and any(split_mode(m)[0] + LOOP in c for c in cpu[m])]
     if split:
         print("\nThe serving extender's CPU milliseconds per pod by thread, median (range): uvicorn's")
-        print("event loop (the main thread: HTTP, the verbs' decisions) and every other thread (bind")
-        print("workers, watches):\n")
+        print("event loop (the main thread: HTTP, the verbs' decisions, Ballast's binds) and every other")
+        print("thread (the echo's bind workers, Ballast's watches):\n")
         print("| mode | event loop | other threads |")
         print("|---|---:|---:|")
         for mode in split:

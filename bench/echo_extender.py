@@ -64,9 +64,9 @@ def _client() -> BindClient:
 @app.post("/bind")
 async def bind(request: Request) -> Response:
     """Create the Binding and nothing else: the floor for an extender that binds. The body is read as the
-    other verbs read theirs, and the call runs in asyncio's default executor, as Ballast's bind does (a
-    FastAPI sync route would validate the body and run it in anyio's pool of 40 threads, each with its own
-    TLS connection: more than a floor should cost)."""
+    other verbs read theirs, and the blocking call runs in asyncio's default executor, the plain way to
+    call a blocking client from an async server (a FastAPI sync route would validate the body and run it
+    in anyio's pool of 40 threads, each with its own TLS connection: more than a floor should cost)."""
     body = orjson.loads(await request.body())
     ns, name = body.get("PodNamespace", ""), body.get("PodName", "")
     binding = {

@@ -146,6 +146,17 @@ def decode_reply(
     return out if isinstance(out, dict) else {"items": out}
 
 
+def call_budget(until: float | None, timeout: float, method: str, path: str) -> float:
+    """Seconds the next call may take: ``timeout``, or less when a verb's deadline (monotonic ``until``)
+    is nearer; ``ApiError(0, "Timeout")`` when that deadline has passed (the call is not made)."""
+    if until is None:
+        return timeout
+    left = until - time.monotonic()
+    if left <= 0:
+        raise ApiError(0, "Timeout", f"{method} {path}: the verb's deadline passed before this call")
+    return min(timeout, left)
+
+
 class Kube:
     """JSON requests to the API server through an official ``ApiClient``.
 
@@ -177,13 +188,7 @@ class Kube:
 
     def _budget(self, method: str, path: str) -> float:
         """Seconds the next call may take: ``timeout``, or what is left of the thread's deadline."""
-        until = getattr(self._local, "until", None)
-        if until is None:
-            return self.timeout
-        left = until - time.monotonic()
-        if left <= 0:
-            raise ApiError(0, "Timeout", f"{method} {path}: the verb's deadline passed before this call")
-        return min(self.timeout, left)
+        return call_budget(getattr(self._local, "until", None), self.timeout, method, path)
 
     def _open(
         self,

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from common.kube import MERGE_PATCH, ApiError, Kube, decode_reply
+from common.kube import MERGE_PATCH, ApiError, Kube, call_budget, decode_reply
 from common.kube_lean import LeanTransport, TransportError
 
 _UNTIL: contextvars.ContextVar[float | None] = contextvars.ContextVar("ballast_api_deadline", default=None)
@@ -62,15 +62,6 @@ class AsyncKube:
         finally:
             _UNTIL.reset(token)
 
-    def _budget(self, method: str, path: str) -> float:
-        until = _UNTIL.get()
-        if until is None:
-            return self.kube.timeout
-        left = until - time.monotonic()
-        if left <= 0:
-            raise ApiError(0, "Timeout", f"{method} {path}: the verb's deadline passed before this call")
-        return min(self.kube.timeout, left)
-
     async def request(
         self,
         method: str,
@@ -81,7 +72,7 @@ class AsyncKube:
         content_type: str | None = None,
     ) -> dict[str, Any]:
         """One call, one attempt; ``ApiError`` as ``Kube.request`` raises it (no answer: code 0)."""
-        budget = self._budget(method, path)
+        budget = call_budget(_UNTIL.get(), self.kube.timeout, method, path)
         if self.transport is None:
             return await asyncio.to_thread(self._threaded, budget, method, path, query, body, content_type)
         payload = None if body is None else orjson.dumps(body)

@@ -167,9 +167,8 @@ def derive(
         if previous is not None and _current(previous, load, policy, now):
             return _shifted(previous, load, policy, ledger, now, estimates, units, extra)
     limits = load.limits or policy.limits
-    blocked = check_node(load, policy, now, extra) is not None
-    score = score_node(load, policy, now, extra).score
-    projection = (projected_load(load, policy, now, extra), *pod_slope(load, policy, now))
+    blocked, score, projected = _by_amounts(load, policy, now, extra)
+    projection = (projected, *pod_slope(load, policy, now))
     rooms = {"cpu": math.inf, "memory": math.inf}
     checks, until = _checks(load, limits.predicate_plan, limits.missing_plan, units, now, rooms)
     prod_checks = checks
@@ -199,6 +198,15 @@ def derive(
     )
 
 
+def _by_amounts(
+    load: NodeLoad, policy: Policy, now: float, extra: dict[str, float]
+) -> tuple[bool, int, float | None]:
+    """What the node's estimated amounts (``extra``) enter: whether its limits block, its score and its
+    projected load. ``derive`` works them out with the rest; ``_shifted`` only these."""
+    blocked = check_node(load, policy, now, extra) is not None
+    return blocked, score_node(load, policy, now, extra).score, projected_load(load, policy, now, extra)
+
+
 def _shifted(
     d: Derived,
     load: NodeLoad,
@@ -214,9 +222,8 @@ def _shifted(
     the checks keep their values and limits and only their rooms move; the growth per millicore and byte
     and when a value goes stale stay. A hold is this: it changes one node's amounts, and working the
     node out from scratch read every value's freshness again."""
-    blocked = check_node(load, policy, now, extra) is not None
-    score = score_node(load, policy, now, extra).score
-    projection = (projected_load(load, policy, now, extra), d.projection[1], d.projection[2])
+    blocked, score, projected = _by_amounts(load, policy, now, extra)
+    projection = (projected, d.projection[1], d.projection[2])
     checks, cpu_room, memory_room = _recounted(d.checks, units)
     prod_checks = checks if d.prod_checks is d.checks else _recounted(d.prod_checks, units)[0]
     return Derived(

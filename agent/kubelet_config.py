@@ -2,8 +2,9 @@
 
 Two sources, one model: the ``KubeletConfiguration`` YAML file on the node (``--kubelet-config``), or the
 JSON that ``GET /api/v1/nodes/{name}/proxy/configz`` returns, wrapped as ``{"kubeletconfig": {...}}``.
-Only four fields matter here: ``cpuManagerPolicy`` (a static kubelet owns the cpusets, so the agent
-must stand back), ``reservedSystemCPUs``, ``kubeReserved`` and ``systemReserved``.
+The fields that matter here: ``cpuManagerPolicy`` (a static kubelet owns the cpusets, so the agent
+must stand back), ``reservedSystemCPUs``, ``kubeReserved`` and ``systemReserved`` (the NRT), and
+``cgroupDriver``, ``cgroupRoot`` and ``cgroupsPerQOS`` (where the pod cgroups the load reader reads are).
 
 Parsing is pure (``parse_kubelet_config``, ``parse_configz``); ``load_kubelet_config`` only adds the file
 read. Every error names its source and the field.
@@ -19,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from agent.cgroup_paths import CgroupLayout
 from agent.cpuset import CPUSet, CPUSetParseError
 from common.quantity import Quantity, QuantityError
 
@@ -48,8 +50,16 @@ class KubeletSettings:
     kube_reserved: Mapping[str, Quantity] = field(default_factory=dict)
     system_reserved: Mapping[str, Quantity] = field(default_factory=dict)
     cgroup_driver: str = "cgroupfs"
-    """``cgroupDriver``: where the kubelet puts pod cgroups (``agent.cgroup_paths``); the load reader
-    follows it."""
+    """``cgroupDriver``: how the kubelet names pod cgroups (``agent.cgroup_paths``)."""
+    cgroup_root: str = "/"
+    """``cgroupRoot``: the parent of the kubelet's ``kubepods``."""
+    cgroups_per_qos: bool = True
+    """``cgroupsPerQOS``: without it the kubelet makes no pod cgroups."""
+
+    @property
+    def cgroup_layout(self) -> CgroupLayout:
+        """Where this kubelet's pod cgroups are; the load reader follows it."""
+        return CgroupLayout(self.cgroup_driver, self.cgroup_root, self.cgroups_per_qos)
 
     @property
     def cpu_manager_is_static(self) -> bool:
@@ -104,8 +114,23 @@ def parse_kubelet_config(data: Any, source: str = "kubelet configuration") -> Ku
     if driver not in ("cgroupfs", "systemd"):
         raise KubeletConfigError(f"{source}: cgroupDriver must be 'cgroupfs' or 'systemd', got {driver!r}")
 
+    root = data.get("cgroupRoot")
+    if root in (None, ""):
+        root = "/"
+    if not isinstance(root, str) or not root.startswith("/"):
+        raise KubeletConfigError(
+            f"{source}: cgroupRoot must be an absolute path like '/' or '/kubelet', got {root!r}"
+        )
+    per_qos = data.get("cgroupsPerQOS")
+    if per_qos is None:
+        per_qos = True
+    if not isinstance(per_qos, bool):
+        raise KubeletConfigError(f"{source}: cgroupsPerQOS must be true or false, got {per_qos!r}")
+
     return KubeletSettings(
         cgroup_driver=driver,
+        cgroup_root=root,
+        cgroups_per_qos=per_qos,
         cpu_manager_policy=policy,
         reserved_system_cpus=reserved_cpus,
         kube_reserved=_resource_list(data.get("kubeReserved"), "kubeReserved", source),

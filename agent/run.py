@@ -27,6 +27,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from agent import __version__
+from agent.cgroup_paths import CgroupLayout
 from agent.cpuset import CPUSet
 from agent.pod_watch import NodePodWatch
 from agent.publisher import (
@@ -253,12 +254,12 @@ def _wait(stop: threading.Event, wake: threading.Event, seconds: float) -> None:
     wake.clear()
 
 
-def _kubelet_driver(source: KubeletSource) -> str | None:
-    """The kubelet's ``cgroupDriver``, or ``None`` when its settings cannot be read now."""
+def _kubelet_layout(source: KubeletSource) -> CgroupLayout | None:
+    """Where the kubelet puts pod cgroups, or ``None`` when its settings cannot be read now."""
     try:
-        return source.settings().cgroup_driver
+        return source.settings().cgroup_layout
     except Exception as e:
-        log.warning("kubelet settings unreadable (%s): the cgroup driver is guessed from the tree", e)
+        log.warning("kubelet settings unreadable (%s): the pod cgroups are looked for in the tree", e)
         return None
 
 
@@ -391,7 +392,7 @@ def run(
                 node_name,
                 registry,
                 publisher.node,
-                lambda: _kubelet_driver(source),
+                lambda: _kubelet_layout(source),
                 hangup,
             )
         while not stop.is_set():

@@ -193,8 +193,8 @@ class CgroupfsRuntime(ContainerRuntime):
 
     ``root`` is what ``/sys/fs/cgroup`` is (tests pass a temporary tree). ``version`` ``"auto"`` reads the
     tree: ``cgroup.controllers`` at the root means v2 (unified), otherwise v1 with a ``cpuset``
-    hierarchy. ``driver`` is the kubelet's ``cgroupDriver``. ``kubepods`` is the top pod cgroup name
-    (kubelet ``cgroupRoot`` ``/``). ``lookup`` (usually a ``CRIRuntime``) finds container ids the pod
+    hierarchy. ``driver`` and ``cgroup_root`` are the kubelet's ``cgroupDriver`` and ``cgroupRoot``
+    (``agent.cgroup_paths``). ``lookup`` (usually a ``CRIRuntime``) finds container ids the pod
     status lacks; without it such containers are skipped until the status has their id.
 
     After writing, the effective CPU list (``cpuset.effective_cpus`` v1, ``cpuset.cpus.effective`` v2) is
@@ -209,7 +209,7 @@ class CgroupfsRuntime(ContainerRuntime):
         *,
         driver: Literal["cgroupfs", "systemd"] = "cgroupfs",
         version: Literal["auto", 1, 2] = "auto",
-        kubepods: str = "kubepods",
+        cgroup_root: str = "/",
         default_runtime: str = "containerd",
         lookup: ContainerRuntime | None = None,
     ) -> None:
@@ -219,7 +219,7 @@ class CgroupfsRuntime(ContainerRuntime):
             raise ValueError(f"runtime must be one of {sorted(_LEAF_CGROUPFS)}, not {default_runtime!r}")
         self.root = Path(root)
         self.driver = driver
-        self.kubepods = kubepods
+        self.cgroup_root = cgroup_root
         self.default_runtime = default_runtime
         self.lookup = lookup
         if version == "auto":
@@ -234,7 +234,7 @@ class CgroupfsRuntime(ContainerRuntime):
 
     def pod_dir(self, pod_uid: str, qos: QOSClass) -> Path:
         """The pod cgroup directory (under the cpuset hierarchy on v1)."""
-        return self._base.joinpath(*pod_cgroup_parts(pod_uid, qos, self.driver, self.kubepods))
+        return self._base.joinpath(*pod_cgroup_parts(pod_uid, qos, self.driver, self.cgroup_root))
 
     def container_dir(self, ref: ContainerRef, qos: QOSClass | None = None) -> Path:
         runtime = ref.runtime if ref.runtime in _LEAF_CGROUPFS else self.default_runtime

@@ -129,7 +129,7 @@ def run(ticks: int, names: tuple[str, str]) -> dict[str, Any]:
         reporter = LoadReporter(
             kube,  # type: ignore[arg-type]
             NODE,
-            Sampler(ProcReader("/proc"), PodCgroups(tmp, "cgroupfs"), clock=lambda: clock[0]),
+            Sampler(ProcReader("/proc"), PodCgroups(tmp), clock=lambda: clock[0]),
             pods,
             lambda: policy,
             lambda: {"metadata": {"name": NODE, "uid": "u-1", "annotations": {}}},

@@ -12,8 +12,9 @@ with a new pod (a new UID, a new cgroup), so a container restart never makes a r
 
 v1 or v2: a ``cgroup.controllers`` file at the root means the unified (v2) tree; otherwise v1 with one
 hierarchy per controller (``cpuacct``, else ``cpu,cpuacct``; ``memory``). The pod's path follows the
-kubelet's driver and QoS class (``agent.cgroup_paths``); the other QoS parents are tried when the first
-guess is not there (the class is computed from the spec, as the kubelet does, but a resize can move it).
+kubelet's cgroup layout (driver, ``cgroupRoot``, ``cgroupsPerQOS``: ``agent.cgroup_paths``) and the pod's
+QoS class; the other QoS parents are tried when the first guess is not there (the class is computed from
+the spec, as the kubelet does, but a resize can move it).
 A pod whose cgroup or CPU counter is missing, or vanishes during the read, is ``None``: skipped this
 round. Missing memory files (the controller not enabled there) leave only the working set unknown.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.cgroup_paths import pod_cgroup_parts
+from agent.cgroup_paths import CgroupLayout
 from common.podspec import QOSClass
 
 __all__ = ["CgroupError", "PodCgroups", "PodCounters", "cgroup_version", "inactive_file", "working_set"]
@@ -77,10 +78,9 @@ def _usage_usec(cpu_stat: str) -> int:
 class PodCgroups:
     """Reads pod cgroups under ``root`` (``/sys/fs/cgroup``, or a tree a test made)."""
 
-    def __init__(self, root: Path | str, driver: str = "cgroupfs", kubepods: str = "kubepods") -> None:
+    def __init__(self, root: Path | str, layout: CgroupLayout | None = None) -> None:
         self.root = Path(root)
-        self.driver = driver
-        self.kubepods = kubepods
+        self.layout = layout or CgroupLayout()
         self.version = cgroup_version(self.root)
         if self.version == 2:
             self._cpu_base = self._memory_base = self.root
@@ -92,14 +92,28 @@ class PodCgroups:
         """pod uid -> the path that held its cgroup last time (saves the QoS search on every read)."""
 
     def describe(self) -> str:
-        return f"cgroup v{self.version}, {self.driver} driver, under {self.root}"
+        return f"cgroup v{self.version}, {self.layout.describe()}, under {self.root}"
+
+    def kubepods_dir(self) -> Path | None:
+        """Where the pod cgroups should be (in the CPU hierarchy on v1), for messages; ``None`` when the
+        kubelet makes no pod cgroups."""
+        parts = self.layout.kubepods_parts()
+        return None if parts is None else self._cpu_base.joinpath(*parts)
+
+    def relayout(self, layout: CgroupLayout) -> None:
+        """Follow another layout from now on (the kubelet's, once its settings could be read)."""
+        if layout != self.layout:
+            self.layout = layout
+            self._found.clear()
 
     def _parts(self, uid: str, qos: QOSClass) -> tuple[str, ...] | None:
         known = self._found.get(uid)
         if known is not None:
             return known
         for candidate in (qos, *(q for q in QOSClass if q is not qos)):
-            parts = pod_cgroup_parts(uid, candidate, self.driver, self.kubepods)
+            parts = self.layout.pod_parts(uid, candidate)
+            if parts is None:
+                return None
             if self._cpu_base.joinpath(*parts).is_dir():
                 self._found[uid] = parts
                 return parts

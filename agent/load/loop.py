@@ -2,10 +2,11 @@
 own thread, stop it.
 
 The pods come from the agent's one watch on this node's pods (``agent.pod_watch``, shared with the CPU
-manager) into ``agent.load.pods.NodePods``. The cgroup driver is the
-kubelet's (its configuration, as the NRT publisher reads it); when the kubelet's settings cannot be read,
-the tree says it (a ``kubepods.slice`` directory means systemd, as koordlet guesses). The history's
-checkpoint sits beside the CPU manager's (``--cpu-state-file``'s directory).
+manager) into ``agent.load.pods.NodePods``. Where the pod cgroups are (driver, ``cgroupRoot``,
+``cgroupsPerQOS``) is the kubelet's say (its configuration, as the NRT publisher reads it); when the
+kubelet's settings cannot be read, the tree says it (``guess_layout``) and the reporter asks the kubelet
+again when no pod cgroup can be found. The history's checkpoint sits beside the CPU manager's
+(``--cpu-state-file``'s directory).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from agent.cgroup_paths import CgroupLayout
 from agent.load.cgroups import PodCgroups, cgroup_version
 from agent.load.checkpoint import HistoryCheckpoint
 from agent.load.metrics import LoadMetrics
@@ -37,7 +39,7 @@ __all__ = [
     "LoadLoop",
     "LoadSetupError",
     "check_load_flags",
-    "guess_driver",
+    "guess_layout",
     "start_load_reporting",
 ]
 
@@ -51,12 +53,32 @@ class LoadSetupError(Exception):
     """The flags cannot give a working load reporter; the message says which and why."""
 
 
-def guess_driver(root: Path) -> str:
-    """systemd when the kubelet's ``kubepods.slice`` is in the tree, else cgroupfs."""
+def guess_layout(root: Path) -> CgroupLayout:
+    """The kubelet's layout as the tree shows it: ``kubepods.slice`` (systemd) or ``kubepods`` (cgroupfs) at
+    the top, else one level down when exactly one parent holds it (kind's ``/kubelet``); the kubelet's
+    defaults when nothing says more."""
     base = root if cgroup_version(root) == 2 else root / "cpuacct"
     if not base.is_dir():
         base = root / "cpu,cpuacct"
-    return "systemd" if (base / "kubepods.slice").is_dir() else "cgroupfs"
+    if (base / "kubepods.slice").is_dir():
+        return CgroupLayout("systemd")
+    if (base / "kubepods").is_dir():
+        return CgroupLayout("cgroupfs")
+    try:
+        parents = [d for d in base.iterdir() if d.is_dir()]
+    except OSError:
+        return CgroupLayout()
+    found = [
+        layout
+        for d in parents
+        for layout in (
+            CgroupLayout("systemd", "/" + d.name.removesuffix(".slice"))
+            if d.name.endswith(".slice")
+            else CgroupLayout("cgroupfs", "/" + d.name),
+        )
+        if (kubepods := layout.kubepods_parts()) is not None and base.joinpath(*kubepods).is_dir()
+    ]
+    return found[0] if len(found) == 1 else CgroupLayout()
 
 
 class LoadLoop:
@@ -136,13 +158,16 @@ def start_load_reporting(
     node_name: str,
     registry: CollectorRegistry,
     node: Callable[[], Mapping[str, Any] | None],
-    kubelet_driver: Callable[[], str | None],
+    kubelet_layout: Callable[[], CgroupLayout | None],
     hangup: threading.Event | None = None,
 ) -> LoadLoop:
     """Build and start the load loop with the policy ``check_load_flags`` read."""
     proc = ProcReader(args.proc_root)
-    driver = kubelet_driver() or guess_driver(args.cgroup_root)
-    cgroups = PodCgroups(args.cgroup_root, driver)
+    layout = kubelet_layout()
+    if layout is None:
+        layout = guess_layout(args.cgroup_root)
+        log.warning("kubelet settings unreadable: pod cgroups guessed from the tree (%s)", layout.describe())
+    cgroups = PodCgroups(args.cgroup_root, layout)
     log.info(
         "reporting load every %gs (NodeLoad every %gs): /proc at %s, pod cgroups %s",
         args.load_sample_interval,
@@ -164,6 +189,7 @@ def start_load_reporting(
         metrics=metrics,
         sample_interval=args.load_sample_interval,
         report_interval=args.load_report_interval,
+        layout=kubelet_layout,
     )
     loop = LoadLoop(reporter, store, pod_watch.subscribe(pods), args.load_sample_interval, hangup)
     loop.start()

@@ -36,6 +36,12 @@ class LoadMetrics:
             "Pod reads skipped because the pod cgroup was not there (not created yet, or already gone).",
             registry=r,
         )
+        self.pod_cgroups_missing = Gauge(
+            "ballast_agent_load_pod_cgroups_missing",
+            "1 while pods are bound to this node but none of their cgroups can be found (the NodeLoad "
+            "lists no pods: see the agent's log for where it looked), else 0.",
+            registry=r,
+        )
         self.writes = Counter(
             "ballast_agent_load_writes",
             "Load writes to the API server by object (node: the annotations, nodeload: the NodeLoad).",

@@ -12,6 +12,11 @@
   status is written, at most once per ``--load-report-interval``: the node's and each pod's mean usage
   over the 5-minute window, for the pods bound to this node that have both figures.
 
+When pods are bound to the node but none of their cgroups can be found for ``BLIND_SAMPLES`` samples in a
+row, the NodeLoad would list no pod and say nothing: the reporter asks the kubelet's cgroup layout again
+(``layout``; it may have been unreadable at start), and if that changes nothing, says so once in the log
+and in ``ballast_agent_load_pod_cgroups_missing``.
+
 Both go out on report ticks only (every ``--load-report-interval``; an annotation falls due on the report
 tick nearest its period), so a node costs the API server two writes per report interval whatever the
 policy's periods: the status and one patch (and the NodeLoad's create, once). Memory is reported in whole
@@ -27,11 +32,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.cgroup_paths import CgroupLayout
 from agent.load.checkpoint import HistoryCheckpoint
 from agent.load.history import CRANE_METRICS, WINDOW_MINUTES, LoadHistory
 from agent.load.metrics import LoadMetrics
 from agent.load.pods import NodePods
-from agent.load.sampler import Sampler
+from agent.load.sampler import Sample, Sampler
 from app.model.annotations import HOT_VALUE_KEY, format_hot_value, format_load
 from app.model.hot_value import hot_value_of
 from app.model.load_source import LOAD_SOURCE_KEY, agent_source, other_fresh_source
@@ -39,9 +45,13 @@ from app.model.policy import Policy
 from common.kube import ApiError, Kube, path_for
 from common.nodeload import NODELOAD_PATH, NodeLoadStatus, PodUsage, new_object, render_status
 
-__all__ = ["LoadReporter", "TickResult"]
+__all__ = ["BLIND_SAMPLES", "LoadReporter", "TickResult"]
 
 log = logging.getLogger("ballast.agent.load")
+
+BLIND_SAMPLES = 3
+"""Samples in a row with pods bound and no pod cgroup found before the agent says so: a new pod's cgroup
+appears a moment after the pod is bound, so one blind sample means nothing."""
 
 
 @dataclass
@@ -72,9 +82,11 @@ class LoadReporter:
         sample_interval: float = 10.0,
         report_interval: float = 60.0,
         clock: Callable[[], float] = time.time,
+        layout: Callable[[], CgroupLayout | None] | None = None,
     ) -> None:
         """``policy``: the current policy (``PolicyStore.current``); ``node``: this node's Node object as
-        the agent's watch last saw it (its uid owns the NodeLoad, its annotations say who wrote them)."""
+        the agent's watch last saw it (its uid owns the NodeLoad, its annotations say who wrote them);
+        ``layout``: the kubelet's cgroup layout as its settings say now (``None``: unreadable)."""
         self.kube = kube
         self.node_name = node_name
         self.sampler = sampler
@@ -101,6 +113,10 @@ class LoadReporter:
         self._unknown_logged: set[str] = set()
         self._conflict_logged: str | None = None
         self._last_error: dict[str, str] = {}
+        self.layout = layout
+        self._blind = 0
+        """Samples in a row with pods bound to the node and none of their cgroups found."""
+        self._said_blind = False
 
     # --- one tick -----------------------------------------------------------------------------------
 
@@ -118,6 +134,7 @@ class LoadReporter:
         self.metrics.pods_measured.set(len(sample.pods))
         if sample.skipped:
             self.metrics.pods_skipped.inc(sample.skipped)
+        self._check_pod_cgroups(sample)
         h = self.history
         h.add_node(sample.when, sample.cpu_ratio, sample.cpu_cores, sample.mem_ratio, sample.mem_bytes)
         for uid, pod in sample.pods.items():
@@ -137,6 +154,52 @@ class LoadReporter:
         ):
             self._save(now, result)
         return result
+
+    def _check_pod_cgroups(self, sample: Sample) -> None:
+        """Notice pods bound here whose cgroups are nowhere to be found (module docstring)."""
+        cgroups = self.sampler.cgroups
+        if cgroups is None:
+            return
+        bound = len(sample.pods) + sample.skipped
+        if bound == 0 or sample.pods:
+            if self._said_blind:
+                log.info("node %s: pod cgroups found again (%d of %d pods measured)", self.node_name,
+                         len(sample.pods), bound)  # fmt: skip
+            self._blind, self._said_blind = 0, False
+            self.metrics.pod_cgroups_missing.set(0)
+            return
+        self._blind += 1
+        if self._blind % BLIND_SAMPLES:
+            return
+        # Every BLIND_SAMPLES samples while blind: the kubelet's settings may be readable now.
+        kubelet = self.layout() if self.layout is not None else None
+        if kubelet is not None and kubelet != cgroups.layout:
+            log.info("node %s: following the kubelet's cgroup layout now: %s (was %s)", self.node_name,
+                     kubelet.describe(), cgroups.layout.describe())  # fmt: skip
+            cgroups.relayout(kubelet)
+            return
+        self.metrics.pod_cgroups_missing.set(1)
+        if self._said_blind:
+            return
+        self._said_blind = True
+        where = cgroups.kubepods_dir()
+        if where is None:
+            log.warning(
+                "node %s: %d pods are bound here, but the kubelet runs with cgroupsPerQOS: false and makes "
+                "no pod cgroups: the NodeLoad lists no pods (the node's own load is still measured)",
+                self.node_name,
+                bound,
+            )
+            return
+        log.warning(
+            "node %s: %d pods are bound here, but none of their cgroups is under %s (%s): the NodeLoad "
+            "lists no pods. Is --cgroup-root the host's cgroup tree, and can the agent read the kubelet's "
+            "settings (--kubelet-config FILE or --kubelet-configz) for its cgroupRoot and cgroupDriver?",
+            self.node_name,
+            bound,
+            where,
+            cgroups.describe(),
+        )
 
     def _save(self, now: float, result: TickResult) -> None:
         assert self.checkpoint is not None

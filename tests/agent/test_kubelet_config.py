@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.cgroup_paths import CgroupLayout
 from agent.cpuset import CPUSet
 from agent.kubelet_config import (
     KubeletConfigError,
@@ -156,3 +157,17 @@ def test_the_cgroup_driver_is_read_for_the_load_reader() -> None:
     assert parse_kubelet_config({"cgroupDriver": "systemd"}).cgroup_driver == "systemd"
     with pytest.raises(KubeletConfigError, match="cgroupDriver"):
         parse_kubelet_config({"cgroupDriver": "runc"})
+
+
+def test_the_cgroup_root_and_per_qos_setting_say_where_the_pod_cgroups_are() -> None:
+    default = parse_kubelet_config({})
+    assert (default.cgroup_root, default.cgroups_per_qos) == ("/", True)
+    assert default.cgroup_layout == CgroupLayout()
+    kind = parse_configz({"kubeletconfig": {"cgroupDriver": "systemd", "cgroupRoot": "/kubelet"}})
+    assert kind.cgroup_layout == CgroupLayout("systemd", "/kubelet")
+    flat = parse_kubelet_config({"cgroupRoot": "", "cgroupsPerQOS": False})
+    assert flat.cgroup_layout == CgroupLayout("cgroupfs", "/", per_qos=False)
+    with pytest.raises(KubeletConfigError, match="cgroupRoot must be an absolute path"):
+        parse_kubelet_config({"cgroupRoot": "kubelet"}, "f.yaml")
+    with pytest.raises(KubeletConfigError, match=r"f\.yaml: cgroupsPerQOS must be true or false"):
+        parse_kubelet_config({"cgroupsPerQOS": "yes"}, "f.yaml")

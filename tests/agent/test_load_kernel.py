@@ -92,7 +92,7 @@ def test_v1_pod_cpu_in_cores_is_the_burners_rate(tmp_path: Path) -> None:
         parts = pod_cgroup_parts(pod.uid, pod.qos, "cgroupfs")
         cpu_dir = lp.make_pod_cgroup(root / "cpuacct", parts)
         lp.make_pod_cgroup(root / "memory", parts)
-        cgroups = PodCgroups(root, "cgroupfs")
+        cgroups = PodCgroups(root)
         assert cgroups.version == 1
         measured, own = _measure_burner(cgroups, pod, cpu_dir)
     assert own > 0.1, "the burner hardly ran; the machine is too busy to tell"
@@ -106,7 +106,7 @@ def test_v1_pod_working_set_holds_what_a_process_allocated(tmp_path: Path) -> No
         parts = pod_cgroup_parts(pod.uid, pod.qos, "cgroupfs")
         lp.make_pod_cgroup(root / "cpuacct", parts)
         memory_dir = lp.make_pod_cgroup(root / "memory", parts)
-        cgroups = PodCgroups(root, "cgroupfs")
+        cgroups = PodCgroups(root)
         before = cgroups.read(pod.uid, pod.qos)
         holder = lp.start(lp.HOLD, str(mib))
         try:
@@ -127,7 +127,7 @@ def test_v2_pod_cpu_from_cpu_stat_is_the_burners_rate() -> None:
     with lp.v2_root() as root:
         parts = pod_cgroup_parts(pod.uid, pod.qos, "cgroupfs")
         pod_dir = lp.make_pod_cgroup(root, parts)
-        cgroups = PodCgroups(root, "cgroupfs")
+        cgroups = PodCgroups(root)
         assert cgroups.version == 2
         measured, own = _measure_burner(cgroups, pod, pod_dir)
     assert own > 0.1, "the burner hardly ran; the machine is too busy to tell"
@@ -139,7 +139,7 @@ def test_a_pod_whose_cgroup_is_not_there_is_skipped(tmp_path: Path) -> None:
     with lp.v1_root(tmp_path) as root:
         for base in ("cpuacct", "memory"):
             lp.make_pod_cgroup(root / base, pod_cgroup_parts(here.uid, here.qos, "cgroupfs"))
-        sampler = Sampler(ProcReader("/proc"), PodCgroups(root, "cgroupfs"))
+        sampler = Sampler(ProcReader("/proc"), PodCgroups(root))
         sampler.sample([here, missing])
         sample = sampler.sample([here, missing])
         # The pod's cgroup goes away (the pod ended) between two samples: skipped, not an error.

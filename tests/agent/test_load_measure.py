@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.load.cgroups import PodCgroups, inactive_file, working_set
+from agent.cgroup_paths import CgroupLayout
+from agent.load.cgroups import PodCgroups, PodCounters, inactive_file, working_set
 from agent.load.checkpoint import HistoryCheckpoint, decode_history, encode_history
 from agent.load.history import LoadHistory, MinuteSeries
 from agent.load.procfs import CPUTimes, ProcError, cpu_utilisation, parse_meminfo, parse_stat
@@ -114,7 +115,7 @@ def test_layouts_this_machine_lacks_from_fixture_trees(
                 "memory.stat": f"inactive_file 1\ntotal_inactive_file {40 << 20}\n",
             },
         )
-    cgroups = PodCgroups(tmp_path, driver)
+    cgroups = PodCgroups(tmp_path, CgroupLayout(driver))
     assert cgroups.version == version
     counters = cgroups.read(UID, qos)
     assert counters is not None
@@ -122,7 +123,7 @@ def test_layouts_this_machine_lacks_from_fixture_trees(
     assert counters.working_set == 260 << 20
     # The QoS class guessed wrong (a resize moved the pod): the other parents are searched.
     other = QOSClass.GUARANTEED if qos is not QOSClass.GUARANTEED else QOSClass.BURSTABLE
-    assert PodCgroups(tmp_path, driver).read(UID, other) == counters
+    assert PodCgroups(tmp_path, CgroupLayout(driver)).read(UID, other) == counters
 
 
 def test_working_set_is_usage_minus_inactive_file_never_below_zero(tmp_path: Path) -> None:
@@ -245,13 +246,34 @@ def test_a_corrupt_checkpoint_is_set_aside_and_the_history_starts_empty(
     assert HistoryCheckpoint(path).load() is not None and path.exists()
 
 
-def test_without_the_kubelets_settings_the_driver_is_guessed_from_the_tree(tmp_path: Path) -> None:
-    from agent.load.loop import guess_driver
+def test_without_the_kubelets_settings_the_layout_is_guessed_from_the_tree(tmp_path: Path) -> None:
+    from agent.load.loop import guess_layout
 
-    v1 = tmp_path / "v1"
-    (v1 / "cpu,cpuacct" / "kubepods.slice").mkdir(parents=True)
-    assert guess_driver(v1) == "systemd"
-    v2 = tmp_path / "v2"
-    (v2 / "kubepods" / "burstable").mkdir(parents=True)
-    (v2 / "cgroup.controllers").write_text("cpu memory\n")
-    assert guess_driver(v2) == "cgroupfs"
+    def tree(name: str, *dirs: str, v2: bool = False) -> Path:
+        root = tmp_path / name
+        for d in dirs:
+            (root / ("" if v2 else "cpuacct") / d).mkdir(parents=True)
+        if v2:
+            (root / "cgroup.controllers").write_text("cpu memory\n")
+        return root
+
+    assert guess_layout(tree("sd", "kubepods.slice")) == CgroupLayout("systemd")
+    assert guess_layout(tree("fs", "kubepods/burstable", v2=True)) == CgroupLayout("cgroupfs")
+    # a kubelet with a cgroupRoot of its own: kind's /kubelet under systemd, a test node's /rn1
+    kind = tree("kind", "kubelet.slice/kubelet-kubepods.slice", "system.slice", v2=True)
+    assert guess_layout(kind) == CgroupLayout("systemd", "/kubelet")
+    assert guess_layout(tree("rn", "rn1/kubepods/besteffort", "user")) == CgroupLayout("cgroupfs", "/rn1")
+    # two kubelets' trees (two test nodes on one host): nothing to choose by, the kubelet's defaults
+    assert guess_layout(tree("two", "rn1/kubepods", "rn2/kubepods")) == CgroupLayout()
+    assert guess_layout(tmp_path / "nothing") == CgroupLayout()
+
+
+def test_a_custom_cgroup_root_is_where_the_pod_cgroups_are_read(tmp_path: Path) -> None:
+    _write(tmp_path / f"cpuacct/rn1/kubepods/burstable/pod{UID}", {"cpuacct.usage": "7000\n"})
+    assert PodCgroups(tmp_path).read(UID, QOSClass.BURSTABLE) is None  # the default root looks in /kubepods
+    custom = PodCgroups(tmp_path, CgroupLayout("cgroupfs", "/rn1"))
+    assert custom.read(UID, QOSClass.BURSTABLE) == PodCounters(7000, None)
+    assert custom.kubepods_dir() == tmp_path / "cpuacct/rn1/kubepods"
+    # without cgroupsPerQOS the kubelet makes no pod cgroups: nothing to read, and nowhere to look
+    flat = PodCgroups(tmp_path, CgroupLayout("cgroupfs", "/rn1", per_qos=False))
+    assert flat.read(UID, QOSClass.BURSTABLE) is None and flat.kubepods_dir() is None

@@ -56,6 +56,8 @@ class Recorder:
 class FixedSampler:
     """Half the CPUs busy, a quarter of the memory used; pod ``p1`` at 0.25 cores and 100 MiB."""
 
+    cgroups = None
+
     def __init__(self, clock: list[float]) -> None:
         self.clock = clock
         self.first = True
@@ -232,3 +234,77 @@ def test_one_pod_watch_serves_every_user_and_a_late_one_gets_the_list_first() ->
     assert started == ["start"]  # one watch for both
     watch.subscribe(early).stop()
     assert started == ["start", "stop"]  # the last one out stops it
+
+
+def test_pods_bound_here_whose_cgroups_are_nowhere_are_said_once_and_the_kubelets_layout_followed(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kubelet with ``cgroupRoot: /rn1`` and an agent that could not read its settings: the pods' cgroups
+    are not under ``/kubepods``. After ``BLIND_SAMPLES`` samples it says so once (log and gauge); once the
+    kubelet's settings can be read, it follows their layout and measures the pods."""
+    from agent.cgroup_paths import CgroupLayout
+    from agent.load.cgroups import PodCgroups
+    from agent.load.procfs import ProcReader
+    from agent.load.reporter import BLIND_SAMPLES
+    from agent.load.sampler import Sampler
+
+    for uid in ("p1", "p2"):
+        d = tmp_path / "cpuacct" / "rn1" / "kubepods" / "besteffort" / f"pod{uid}"
+        d.mkdir(parents=True)
+        (d / "cpuacct.usage").write_text("1000\n")
+    clock = [T0]
+    kubelet: list[CgroupLayout | None] = [None]  # unreadable at first
+    pods = NodePods("n1")
+    pods.replace([pod("p1"), pod("p2")])
+    r = LoadReporter(
+        Recorder(clock),  # type: ignore[arg-type]
+        "n1",
+        Sampler(ProcReader("/proc"), PodCgroups(tmp_path)),
+        pods,
+        lambda: POLICY,
+        lambda: {"metadata": {"name": "n1", "uid": "node-uid"}},
+        history=LoadHistory(),
+        layout=lambda: kubelet[0],
+    )
+    missing = r.metrics.pod_cgroups_missing
+    with caplog.at_level(logging.WARNING, "ballast.agent.load"):
+        for _ in range(BLIND_SAMPLES * 3):
+            r.tick()
+    warnings = [m for m in caplog.messages if "none of their cgroups" in m]
+    assert len(warnings) == 1, caplog.messages
+    assert "2 pods are bound here" in warnings[0] and str(tmp_path / "cpuacct" / "kubepods") in warnings[0]
+    assert missing._value.get() == 1 and r.metrics.pods_measured._value.get() == 0
+    kubelet[0] = CgroupLayout("cgroupfs", "/rn1")  # the kubelet's settings can be read now
+    for _ in range(BLIND_SAMPLES + 1):
+        r.tick()
+    assert r.sampler.cgroups is not None and r.sampler.cgroups.layout == kubelet[0]
+    assert r.metrics.pods_measured._value.get() == 2 and missing._value.get() == 0
+
+
+def test_a_node_without_pods_or_with_some_pods_measured_is_not_blind(tmp_path: Any) -> None:
+    from agent.load.cgroups import PodCgroups
+    from agent.load.procfs import ProcReader
+    from agent.load.sampler import Sampler
+
+    d = tmp_path / "cpuacct" / "kubepods" / "besteffort" / "podp1"
+    d.mkdir(parents=True)
+    (d / "cpuacct.usage").write_text("1000\n")
+    clock = [T0]
+    pods = NodePods("n1")
+    r = LoadReporter(
+        Recorder(clock),  # type: ignore[arg-type]
+        "n1",
+        Sampler(ProcReader("/proc"), PodCgroups(tmp_path)),
+        pods,
+        lambda: POLICY,
+        lambda: {"metadata": {"name": "n1", "uid": "node-uid"}},
+        history=LoadHistory(),
+    )
+    for _ in range(5):  # no pods at all
+        r.tick()
+    assert r.metrics.pod_cgroups_missing._value.get() == 0
+    pods.replace([pod("p1"), pod("p2")])  # p2's cgroup is not there (yet): p1's is
+    for _ in range(5):
+        r.tick()
+    assert r.metrics.pod_cgroups_missing._value.get() == 0
+    assert r.metrics.pods_measured._value.get() == 1

@@ -155,23 +155,32 @@ def kube_bin_dir() -> Path:
     return dest
 
 
-def controller_manager_path() -> Path:
-    """kube-controller-manager, unpacked and verified into the cache like the others (only when asked)."""
+def extra_binary(name: str) -> Path:
+    """A binary only some tests need (kube-controller-manager, kubelet), unpacked and verified into the cache
+    like the others, only when asked."""
     src = source_dir()
-    plain = src / CONTROLLER_MANAGER
+    plain = src / name
     if plain.is_file() and os.access(plain, os.X_OK):
         return plain
     sums_file = src / "SHA256SUMS"
-    xz = src / f"{CONTROLLER_MANAGER}.xz"
+    xz = src / f"{name}.xz"
     sums = _read_sums(sums_file) if sums_file.is_file() else {}
-    if CONTROLLER_MANAGER not in sums or not xz.is_file():
-        raise MissingPiece(f"{src}: {CONTROLLER_MANAGER} (plain, or .xz with a SHA256SUMS line) is missing")
+    if name not in sums or not xz.is_file():
+        raise MissingPiece(f"{src}: {name} (plain, or .xz with a SHA256SUMS line) is missing")
     dest = cache_dir()
     dest.mkdir(parents=True, exist_ok=True)
-    target = dest / CONTROLLER_MANAGER
-    if not (target.is_file() and _sha256(target) == sums[CONTROLLER_MANAGER]):
-        _unpack_one(xz, sums[CONTROLLER_MANAGER], target)
+    target = dest / name
+    if not (target.is_file() and _sha256(target) == sums[name]):
+        _unpack_one(xz, sums[name], target)
     return target
+
+
+def controller_manager_path() -> Path:
+    return extra_binary(CONTROLLER_MANAGER)
+
+
+def kubelet_path() -> Path:
+    return extra_binary("kubelet")
 
 
 def kubectl_path() -> Path:
@@ -668,7 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("unpack", help="unpack and verify the binaries; print the folder holding them")
     sub.add_parser(
-        "check", help="unpack (kube-controller-manager too), check etcd and openssl; print what is missing"
+        "check",
+        help="unpack (kube-controller-manager and the kubelet too), check etcd and openssl; print what is "
+        "missing",
     )
     args = parser.parse_args(argv)
     try:
@@ -676,7 +687,10 @@ def main(argv: list[str] | None = None) -> int:
             print(kube_bin_dir())
         else:
             check_available()
-            print(f"ok: {kube_bin_dir()}, {controller_manager_path()}, {etcd_path()}, {openssl_path()}")
+            print(
+                f"ok: {kube_bin_dir()}, {controller_manager_path()}, {kubelet_path()}, {etcd_path()}, "
+                f"{openssl_path()}"
+            )
     except MissingPiece as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

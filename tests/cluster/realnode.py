@@ -36,8 +36,12 @@ from tests.cluster.controlplane import (
     ROOT,
     ControlPlane,
     MissingPiece,
+    Server,
+    free_port,
     kubectl_path,
     kubelet_path,
+    scraped,
+    spawn,
     wait_until,
 )
 
@@ -121,6 +125,16 @@ def yaml_dump(config: dict[str, Any]) -> str:
     import yaml
 
     return yaml.safe_dump(config, default_flow_style=False, width=1 << 20)
+
+
+def require_real_nodes() -> None:
+    """Skip (fail under ``CI=true``) unless a real node can run here."""
+    from tests.conftest import missing_part
+
+    try:
+        check_real_nodes()
+    except MissingPiece as exc:
+        missing_part(str(exc))
 
 
 def kubelet_ssl_context(cp: ControlPlane) -> ssl.SSLContext:
@@ -378,3 +392,56 @@ class NodePool:
         shutil.rmtree(self.base, ignore_errors=True)
         if errors:
             raise errors[0]
+
+
+class NodeAgent:
+    """``ballast agent`` for a real node as its own process: the node's kubelet settings (its config file,
+    unless a test gives another), its containerd for CPU pinning when ``cpu_manager``, load reporting when
+    given a ``policy`` (a DynamicSchedulerPolicy as a dict). Short intervals: a test waits seconds."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        node: RealNode,
+        work: Path,
+        *,
+        policy: dict[str, Any] | None = None,
+        cpu_manager: bool = False,
+        kubelet_config: Path | None = None,
+    ) -> None:
+        import sys
+
+        import yaml
+
+        assert cp.workdir
+        work.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        kubelet = kubelet_config or node.kubelet_config
+        argv = [sys.executable, "-m", "ballast", "agent", "--node-name", node.name,
+                "--kubeconfig", str(cp.kubeconfig), "--kubelet-config", str(kubelet),
+                "--resync", "2s", "--cpu-manager", "on" if cpu_manager else "off",
+                "--cri-endpoint", node.cri_endpoint, "--cpu-manager-reconcile-period", "1s",
+                "--cpu-state-file", str(work / "state" / "cpu_manager_state"),
+                "--metrics-address", "127.0.0.1", "--metrics-port", str(self.port)]  # fmt: skip
+        if policy is not None:
+            path = work / "policy.yaml"
+            path.write_text(yaml.safe_dump(policy))
+            argv += ["--report-load", "--load-sample-interval", "1s", "--load-report-interval", "2s",
+                     "--policy", str(path)]  # fmt: skip
+        self.argv = argv
+        self.cp = cp
+        self.name = f"agent-{node.name}-{self.port}"
+        self.starts = 0
+        self.server: Server = self.start()
+
+    def start(self) -> Server:
+        assert self.cp.workdir
+        self.starts += 1
+        self.server = spawn(f"{self.name}-{self.starts}", self.argv, self.cp.workdir, env=dict(os.environ))
+        return self.server
+
+    def metric(self, name: str, **labels: str) -> float:
+        return scraped(f"http://127.0.0.1:{self.port}", name, **labels)
+
+    def stop(self) -> None:
+        self.server.stop()

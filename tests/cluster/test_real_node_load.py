@@ -8,8 +8,6 @@ kubelets on one host have) are run; an agent that cannot tell where the pod cgro
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -17,29 +15,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from common.kube import ApiError, Kube
 from common.nodeload import NODELOAD_PATH, parse_status
 from tests.cluster.controlplane import (
     ControlPlane,
-    MissingPiece,
-    Server,
-    free_port,
-    scraped,
-    spawn,
     wait_until,
 )
 from tests.cluster.realnode import (
     BURN,
+    NodeAgent,
     NodePool,
     RealNode,
     busybox_pod,
-    check_real_nodes,
     delete_pods,
+    require_real_nodes,
     wait_running,
 )
-from tests.conftest import missing_part
 
 pytestmark = pytest.mark.integration
 
@@ -61,42 +53,6 @@ HELD_MIB = 48
 """Written into the pod's /dev/shm (a tmpfs charged to the pod's memory cgroup, 64 MiB by default)."""
 TOLERANCE = 0.25
 MEASURE_SECONDS = 30.0
-
-
-def require_real_nodes() -> None:
-    try:
-        check_real_nodes()
-    except MissingPiece as exc:
-        missing_part(str(exc))
-
-
-class NodeAgent:
-    """``ballast agent --report-load`` for a real node, reading the kubelet's settings from ``kubelet_config``
-    (the node's own file unless a test gives another)."""
-
-    def __init__(
-        self, cp: ControlPlane, node: RealNode, work: Path, kubelet_config: Path | None = None
-    ) -> None:
-        assert cp.workdir
-        work.mkdir(parents=True, exist_ok=True)
-        policy = work / "policy.yaml"
-        policy.write_text(yaml.safe_dump(POLICY))
-        self.port = free_port()
-        kubelet = kubelet_config or node.kubelet_config
-        argv = [sys.executable, "-m", "ballast", "agent", "--node-name", node.name,
-                "--kubeconfig", str(cp.kubeconfig), "--kubelet-config", str(kubelet),
-                "--cpu-manager", "off", "--cri-endpoint", node.cri_endpoint,
-                "--cpu-state-file", str(work / "state" / "cpu_manager_state"),
-                "--metrics-address", "127.0.0.1", "--metrics-port", str(self.port),
-                "--report-load", "--load-sample-interval", "1s", "--load-report-interval", "2s",
-                "--policy", str(policy)]  # fmt: skip
-        self.server: Server = spawn(f"agent-{node.name}-{self.port}", argv, cp.workdir, env=dict(os.environ))
-
-    def metric(self, name: str, **labels: str) -> float:
-        return scraped(f"http://127.0.0.1:{self.port}", name, **labels)
-
-    def stop(self) -> None:
-        self.server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +126,7 @@ def test_the_agent_measures_real_pods_as_the_kubelet_does(
     try:
         pods = wait_running(core, names)
         uids = {name: pod.metadata.uid for name, pod in pods.items()}
-        agent = NodeAgent(control_plane, node, tmp_path)
+        agent = NodeAgent(control_plane, node, tmp_path, policy=POLICY)
         wait_until(
             lambda: (
                 (s := nodeload_status(kube, node.name)) is not None
@@ -233,7 +189,8 @@ def test_an_agent_that_looks_in_the_wrong_place_says_so(
     agent = None
     try:
         wait_running(core, ["idle"])
-        agent = NodeAgent(control_plane, node, tmp_path / "agent", kubelet_config=defaults)
+        work = tmp_path / "agent"
+        agent = NodeAgent(control_plane, node, work, policy=POLICY, kubelet_config=defaults)
         wait_until(
             lambda: agent.metric("ballast_agent_load_pod_cgroups_missing") == 1,
             agent.server,

@@ -26,6 +26,18 @@ def control_plane() -> str | None:
     return None
 
 
+def real_node() -> str | None:
+    """What a real test node lacks (root, cgroup v1, containerd, the kubelet, the node recipe)."""
+    from tests.cluster.controlplane import MissingPiece
+    from tests.cluster.realnode import check_real_nodes
+
+    try:
+        check_real_nodes()
+    except MissingPiece as exc:
+        return str(exc)
+    return None
+
+
 def prometheus() -> str | None:
     absent = [name for name in ("prometheus", "promtool") if shutil.which(name) is None]
     if absent:
@@ -50,6 +62,7 @@ BENCHES = (
     Bench("cpu_assignment_bench"),
     Bench("reconcile_bench"),
     Bench("agent_load_bench"),
+    Bench("agent_node_bench", (control_plane, real_node)),
     Bench("cluster_bench", (control_plane,)),
     Bench("burst_bench", (control_plane,)),
 )

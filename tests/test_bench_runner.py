@@ -35,8 +35,8 @@ def test_missing_parts_are_named_and_the_other_benches_run(
     ]
     out = capsys.readouterr().out
     assert "prometheus and promtool not on PATH" in out
-    assert out.count("BALLAST_KUBE_BIN=") == 2  # cluster_bench and burst_bench each say why
-    assert "6 of 9 benches ran; not run: annotator_bench, cluster_bench, burst_bench" in out
+    assert out.count("BALLAST_KUBE_BIN=") == 3  # agent_node_bench, cluster_bench and burst_bench each say why
+    assert "6 of 10 benches ran; not run: annotator_bench, agent_node_bench, cluster_bench, burst_bench" in out
     assert "Traceback" not in out
 
 

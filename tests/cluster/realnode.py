@@ -1,7 +1,7 @@
 """Real nodes for the loopback control plane: a real kubelet v1.36.2 with a containerd of its own.
 
-The recipe is ``../shared/k8s/node/`` (``up-node.sh NODE KUBECONFIG``, ``down-node.sh NODE KUBECONFIG``; its
-README says what each setting is for), or the folder ``$BALLAST_NODE_RECIPE`` names. The kubelet and kubectl
+The recipe is ``tests/cluster/node/`` (``up-node.sh NODE KUBECONFIG``, ``down-node.sh NODE KUBECONFIG``; the
+development guide says what each setting is for and why), or the folder ``$BALLAST_NODE_RECIPE`` names. The kubelet and kubectl
 are the control plane's own unpacked binaries (``controlplane.kubelet_path``). Each node keeps its state,
 sockets and logs in a folder of its own below a short temporary path (unix socket paths are limited), with
 its own ``cgroupRoot`` (``/<node>`` unless asked for ``/``), so several nodes share one host.
@@ -46,7 +46,7 @@ from tests.cluster.controlplane import (
 )
 
 BUSYBOX = "localhost/ballast-busybox:1"
-RECIPE = ROOT.parent / "shared" / "k8s" / "node"
+RECIPE = Path(__file__).resolve().parent / "node"
 UP_TIMEOUT = 240.0
 """up-node.sh waits up to 120 s for Ready itself; on two busy cores image import and start can add more."""
 
@@ -56,8 +56,8 @@ def recipe_dir() -> Path:
     folder = Path(explicit) if explicit else RECIPE
     if not (folder / "up-node.sh").is_file() or not (folder / "down-node.sh").is_file():
         raise MissingPiece(
-            f"no real-node recipe at {folder} (up-node.sh, down-node.sh): set BALLAST_NODE_RECIPE to the "
-            "shared/k8s/node folder, or place shared/ beside the clone"
+            f"no real-node recipe at {folder} (up-node.sh, down-node.sh): unset BALLAST_NODE_RECIPE to use "
+            "the clone's tests/cluster/node"
         )
     return folder
 

@@ -213,3 +213,17 @@ def test_a_body_declared_over_the_cap_is_a_413_before_it_is_sent(port: int) -> N
         answer = _answer(s)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b"--max-body-bytes" in answer
+
+
+def test_version_says_what_serves_it(port: int) -> None:
+    try:
+        import uvloop  # noqa: F401
+
+        picked = "uvloop"
+    except ImportError:
+        picked = "asyncio"
+    with _connect(port) as s:
+        s.sendall(_get("/version", "Connection: close"))
+        answer = _until_closed(s)
+    server = json.loads(answer.partition(b"\r\n\r\n")[2])["server"]
+    assert server == {"http": "httptools", "loop": picked}

@@ -6,7 +6,10 @@ runs; then kube-scheduler starts and drains it, and a pod watch times the first 
 Modes alternate within one run of the bench, so machine noise hits them alike:
 
 - ``none``: kube-scheduler alone;
-- ``echo``: a bare FastAPI extender (``bench.echo_extender``: filter + prioritize, names mode) - the floor;
+- ``echo``: a bare FastAPI extender (``bench.echo_extender``: filter + prioritize, names mode) - the floor,
+  run as a user would run it (``uvicorn bench.echo_extender:app``, uvicorn's defaults: its HTTP
+  implementation and event loop are what uvicorn picks from what is installed, the same environment as
+  Ballast's); the bench prints which HTTP implementation and event loop each extender runs;
 - ``ballast``: ``ballast extender`` with the same verbs and its watch-driven cache;
 - ``echo-bind``: the echo extender also binding, with a minimal client that shares nothing with Ballast's
   (``bench.bind_client``: the standard library's ``http.client`` over TLS, keep-alive per worker thread);
@@ -356,7 +359,17 @@ def extenders(
                         return resp.status == 200
 
                 wait_until(ready, None, f"{name} /readyz", 60)
+        for name, url in urls.items():
+            print(f"{name}: {server_stack(url)}")
         yield urls, pids
+
+
+def server_stack(url: str) -> str:
+    """What serves an extender, as its ``/version`` reports it from inside a request: the HTTP
+    implementation and the event loop."""
+    with urllib.request.urlopen(f"{url}/version", timeout=5) as resp:
+        server = orjson.loads(resp.read()).get("server") or {}
+    return f"HTTP {server.get('http', '?')}, event loop {server.get('loop', '?')}"
 
 
 def split_mode(mode: str) -> tuple[str, bool]:

@@ -48,6 +48,16 @@ async def prioritize(request: Request) -> Response:
     return _json([{"Host": n, "Score": 0} for n in names])
 
 
+@app.get("/version")
+async def version(request: Request) -> Response:
+    """What serves the echo, seen from a request: the HTTP implementation owning the connection (the module
+    of uvicorn's protocol, ``httptools_impl`` or ``h11_impl``) and the running event loop's package."""
+    owner = getattr(request.receive, "__self__", None)
+    http = type(owner).__module__.rpartition(".")[2].removesuffix("_impl") if owner is not None else "unknown"
+    loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]
+    return _json({"component": "echo", "server": {"http": http, "loop": loop}})
+
+
 _CLIENT: BindClient | None = None
 
 

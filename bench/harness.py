@@ -63,8 +63,8 @@ def serve_process(
 
 
 def echo_cmd(port: int) -> list[str]:
-    """The echo floor under uvicorn with h11, the HTTP implementation Ballast's server runs (uvicorn would
-    pick httptools, installed for Ballast's API client, by itself)."""
+    """The echo floor as a user would run it: ``uvicorn app`` with uvicorn's defaults in this environment
+    (its HTTP implementation and event loop are whatever uvicorn picks from what is installed)."""
     return [
         sys.executable,
         "-m",
@@ -75,8 +75,6 @@ def echo_cmd(port: int) -> list[str]:
         "--port",
         str(port),
         "--no-access-log",
-        "--http",
-        "h11",
         "--log-level",
         "warning",
     ]

@@ -1,22 +1,22 @@
 """Callers and bodies: the size cap (413), the body deadline (408) and how faults and disconnects are
-counted, against the app and against a real uvicorn server over a real socket."""
+counted, against the app and against a real uvicorn server (the protocol ``ballast extender`` ships) over a
+real socket."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from app.extender.main import create_app
 from app.model.policy import load_policy
 from tests.conftest import POLICY_FILE, read_fixture, wait_for
+from tests.shipped_server import shipped_server
 
 BODY = read_fixture("full-nodes/01-filter-burstable-checkout-api.json")
 
@@ -76,24 +76,6 @@ def test_an_internal_fault_is_counted_as_500() -> None:
     assert _sample(app, "filter", "200") == 0
 
 
-@contextlib.contextmanager
-def _server(app) -> Iterator[int]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on", http="h11"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, timeout=30, what="uvicorn started")
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
-
-
 def _partial_request(port: int, declared: int, sent: bytes) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port), timeout=60)
     head = (
@@ -106,7 +88,7 @@ def _partial_request(port: int, declared: int, sent: bytes) -> socket.socket:
 
 def test_slow_body_is_cut_off_by_a_real_server() -> None:
     app = _app(body_timeout=1.0)
-    with _server(app) as port:
+    with shipped_server(app) as port:
         s = _partial_request(port, 100, b"{")
         start = time.monotonic()
         answer = b""
@@ -133,7 +115,7 @@ def test_slow_body_is_cut_off_by_a_real_server() -> None:
 def test_a_client_that_disconnects_is_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
     app = _app(body_timeout=60.0)
     caplog.set_level("INFO")
-    with _server(app) as port:
+    with shipped_server(app) as port:
         s = _partial_request(port, 1000, b'{"Pod": ')
         time.sleep(0.2)  # let the server start reading; the assertion below waits for the outcome
         s.close()

@@ -138,7 +138,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_FIRST_BYTE_TIMEOUT,
         metavar="SECONDS",
-        help="a new connection that sends nothing for this long is closed",
+        help="a new connection whose first request line and headers have not all arrived by then is closed",
     )
     p.add_argument(
         "--body-timeout",
@@ -153,9 +153,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run_extender(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from app.extender.connections import bounded_protocol
     from app.extender.main import create_app
     from common.kube import KubeConfigError, cluster_configured, connect
 
@@ -200,17 +197,41 @@ def run_extender(args: argparse.Namespace) -> int:
         body_timeout=args.body_timeout,
         max_body_bytes_in_flight=args.max_body_bytes_in_flight,
     )
-    config = uvicorn.Config(
+    config = server_config(
         app,
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-        http=bounded_protocol(args.max_connections, args.first_byte_timeout),
-        timeout_keep_alive=5,
+        args.host,
+        args.port,
+        max_connections=args.max_connections,
+        first_byte_timeout=args.first_byte_timeout,
     )
     _listening_server(config, args.policy).run()
     return 0
+
+
+def server_config(
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT,
+) -> Any:
+    """uvicorn's configuration for the extender's server, the one place it is set: the tests serve the app
+    with it, so every hardening test runs against the protocol that ships (``bounded_protocol``)."""
+    import uvicorn
+
+    from app.extender.connections import bounded_protocol
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        http=bounded_protocol(max_connections, first_byte_timeout),
+        ws="none",
+        timeout_keep_alive=5,
+    )
 
 
 def _listening_server(config: Any, policy_path: str) -> Any:

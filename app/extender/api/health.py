@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
@@ -64,6 +66,26 @@ async def policy(request: Request) -> JSONBytes:
     )
 
 
-@router.get("/version", summary="Ballast version")
-async def version() -> JSONBytes:
-    return JSONBytes({"version": __version__, "component": "extender"})
+@router.get("/version", summary="Ballast version, and the HTTP implementation and event loop serving it")
+async def version(request: Request) -> JSONBytes:
+    return JSONBytes(
+        {"version": __version__, "component": "extender", "server": server_stack(request.receive)}
+    )
+
+
+_HTTP_MODULES = {
+    "uvicorn.protocols.http.httptools_impl": "httptools",
+    "uvicorn.protocols.http.h11_impl": "h11",
+}
+
+
+def server_stack(receive: Any) -> dict[str, str]:
+    """What serves this request, seen from inside it rather than from the configuration: the HTTP
+    implementation whose connection owns ``receive`` (uvicorn's ``httptools`` or ``h11``; another
+    server's module name) and the running event loop's package (``uvloop`` or ``asyncio``)."""
+    owner = getattr(receive, "__self__", None)
+    module = type(owner).__module__ if owner is not None else "unknown"
+    return {
+        "http": _HTTP_MODULES.get(module, module),
+        "loop": type(asyncio.get_running_loop()).__module__.partition(".")[0],
+    }

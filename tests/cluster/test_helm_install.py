@@ -209,3 +209,18 @@ def test_helm_installs_upgrades_and_uninstalls(helm_cluster: tuple[ControlPlane,
         json.loads(run_helm(home, "list", "-A", "--kubeconfig", str(cluster.kubeconfig), "-o", "json").stdout)
         == []
     )
+
+
+def test_a_kustomize_users_crds_are_taken_over(helm_cluster: tuple[ControlPlane, Path]) -> None:
+    """The guide's way from kustomize to Helm: the CRDs applied with kubectl stay (with their objects), the
+    chart adopts them with --take-ownership; a plain install refuses them."""
+    cluster, home = helm_cluster
+    target = _target(cluster)
+    for crd in ("crd-nodeload.yaml", "crd-noderesourcetopology.yaml"):
+        cluster.kubectl("apply", "-f", str(CHART.parents[1] / "scheduler_config" / crd))
+    refused = run_helm(home, "install", RELEASE, str(CHART), *target, check=False)
+    assert refused.returncode != 0 and "nodeloads.ballast.io" in refused.stderr
+    run_helm(home, "install", RELEASE, str(CHART), *target, "--take-ownership")
+    for crd in CRDS:
+        adopted = json.loads(cluster.kubectl("get", "crd", crd, "-o", "json"))
+        assert adopted["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE

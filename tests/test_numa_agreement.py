@@ -305,3 +305,37 @@ def test_a_listed_pod_counts_only_while_bound_there_or_briefly_unseen() -> None:
     assert cache.zone_usage(N1).cpu_milli == {"node0": 2000}
     now[0] += 1
     assert cache.zone_usage(N1).cpu_milli == {"node0": 1000}  # the cached usage expired with the grace
+
+
+def test_an_unseen_pods_grace_starts_when_the_nrt_listing_it_arrives() -> None:
+    """The grace of a listed pod the pod watch has not seen runs from when the NRT watch first saw it
+    listed, not from the first filter that looks at the node: a node first evaluated 270 s after its NRT
+    arrived is not blocked 30 s more. A UID that a later NRT adds gets its own grace from then; one listed
+    all along keeps its start through updates and a relist."""
+    from app.extender.cache import HELD_GRACE_SECONDS, ClusterCache
+    from app.model.policy import load_policy
+    from app.model.policy_store import PolicyStore
+    from common.topology_annotations import EXCLUSIVE_PODS_ATTRIBUTE, render_zone_pods
+    from tests.conftest import POLICY_FILE
+
+    now = [1000.0]
+    cache = ClusterCache(None, PolicyStore(load_policy(POLICY_FILE)), clock=lambda: now[0])  # type: ignore[arg-type]
+    (nrts,) = [r for r in cache.reflectors if r.name == "noderesourcetopologies"]
+
+    def nrt(*uids: str) -> dict:
+        zone = {"capacity": {"cpu": "8"}, "allocatable": {"cpu": "8"}}
+        attrs = {EXCLUSIVE_PODS_ATTRIBUTE: render_zone_pods(dict.fromkeys(uids, 1))}
+        return make_nrt(N1, zones=[{"name": "node0", "type": "Node", "resources": zone, "attributes": attrs}])
+
+    nrts.handler.apply("ADDED", nrt("old"))
+    now[0] += 270
+    assert cache.zone_usage(N1).cpu_milli == {}  # "old" was listed 270 s ago: its grace is long over
+    nrts.handler.apply("MODIFIED", nrt("old", "new"))
+    now[0] += HELD_GRACE_SECONDS - 1
+    nrts.handler.replace([nrt("old", "new")], "2")  # a relist keeps when each was first seen
+    assert cache.zone_usage(N1).cpu_milli == {"node0": 1000}  # "new", within its grace
+    now[0] += 1
+    assert cache.zone_usage(N1).cpu_milli == {}
+    nrts.handler.apply("DELETED", nrt())
+    nrts.handler.apply("ADDED", nrt("old"))  # a node's NRT made anew: its listing is new
+    assert cache.zone_usage(N1).cpu_milli == {"node0": 1000}

@@ -244,7 +244,10 @@ class _Topologies:
 
     def replace(self, objects: list[dict[str, Any]], resource_version: str) -> None:
         topos = {t.node: t for t in _each("noderesourcetopologies", objects, parse_nrt) if t is not None}
+        now = self.cache.clock()
         with self.cache.lock:
+            before = self.cache.held_since
+            self.cache.held_since = {n: _held_since(before.get(n, {}), t, now) for n, t in topos.items()}
             self.cache.topologies = topos
             self.cache.pinning = {name for name, t in topos.items() if _pins(t)}
             self.cache.usage.clear()
@@ -256,16 +259,28 @@ class _Topologies:
         if not name:
             return
         topo = None if event_type == "DELETED" else parse_nrt(obj)
+        now = self.cache.clock()
         with self.cache.lock:
             if topo is None:
                 self.cache.topologies.pop(name, None)
+                self.cache.held_since.pop(name, None)
             else:
                 self.cache.topologies[name] = topo
+                self.cache.held_since[name] = _held_since(self.cache.held_since.get(name, {}), topo, now)
             if topo is not None and _pins(topo):
                 self.cache.pinning.add(name)
             else:
                 self.cache.pinning.discard(name)
             self.cache.usage.pop(name, None)
+
+
+def _held_since(before: dict[str, float], topo: NodeTopology | None, now: float) -> dict[str, float]:
+    """UID -> when a node's NRT was first seen listing it: kept from ``before`` for a UID listed all
+    along, ``now`` for one that appears in this NRT. A lagging pod watch's grace starts there, not at the
+    first filter that looks at the node (which may come minutes after the NRT arrived)."""
+    if topo is None or not topo.held:
+        return {}
+    return {uid: before.get(uid, now) for pods in topo.held.values() for uid in pods}
 
 
 def _stall(r: Reflector, now: float) -> str | None:
@@ -326,8 +341,9 @@ class ClusterCache:
         self.usage_until: dict[str, float] = {}
         """Per node, when its cached usage expires: the earliest end of grace of a pod it counts only
         because the agent lists it (``HELD_GRACE_SECONDS``)."""
-        self.held_unknown: dict[str, dict[str, float]] = {}
-        """Per node, pods the agent lists that the pod watch does not show: UID -> when first seen so."""
+        self.held_since: dict[str, dict[str, float]] = {}
+        """Per node, the pods its NRT lists (``ballast.io/exclusive-pods``): UID -> when the NRT watch first
+        saw it listed, the start of its grace while the pod watch has not seen the pod."""
         self.gone: TTLCache[str, bool] = TTLCache(100_000, 3600, timer=clock)
         """Pods the pod watch saw deleted or finished: an agent still listing them holds nothing real."""
         self.assumed: TTLCache[str, tuple[str, tuple[tuple[str, int, int], ...]]] = TTLCache(
@@ -455,7 +471,8 @@ class ClusterCache:
         pod it lists that the pod watch shows bound to this node, whatever its topology result said or
         whether it had one. A listed pod the watch shows elsewhere, or saw go, counts nothing: an NRT
         published before the pod went still lists it. A listed pod the watch has not seen at all counts for
-        ``HELD_GRACE_SECONDS`` from when it was first seen so (the watch may lag the agent), then not. A pod
+        ``HELD_GRACE_SECONDS`` from when the NRT watch first saw it listed (the pod watch may lag the agent),
+        then not, however long after that the first filter looks at the node. A pod
         the NRT does not list yet counts by its trusted topology result, or by what bind assumed for it,
         until the NRT lists it.
         Without that, trusted topology results count (the agent's rule, ``common.exclusive``). An
@@ -474,21 +491,19 @@ class ClusterCache:
             until = math.inf
             if held is not None:
                 now = self.clock()
-                before = self.held_unknown.get(node, {})
-                unknown: dict[str, float] = {}
+                since = self.held_since.setdefault(node, {})
                 for zone, pods in held.items():
                     for uid, cpus in pods.items():
                         listed.add(uid)
                         r = self.pods.get(uid)
                         if r is None and uid not in self.gone:
-                            first = unknown[uid] = before.get(uid, now)
+                            first = since.setdefault(uid, now)
                             if now - first >= HELD_GRACE_SECONDS:
                                 continue
                             until = min(until, first + HELD_GRACE_SECONDS)
                         elif r is None or r.node != node:
                             continue
                         usage.add(f"uid {uid} (pinned by the agent)", [(zone, cpus * 1000, 0)])
-                self.held_unknown[node] = unknown
                 seen |= listed
             for r in self.pods_on(node):
                 if r.uid in listed or TOPOLOGY_RESULT_ANNOTATION not in r.annotations or r.spec is None:

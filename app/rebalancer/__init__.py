@@ -9,7 +9,7 @@ Pure (no I/O, tested with tables):
 - ``victims``   who may go, how much each takes off (measured from a fresh NodeLoad, else estimated), and
   in which order.
 - ``fit``       whether a victim would be placed on a cool node (the extender's filter, requests, selectors,
-  taints) and stay below ``high`` with a margin, with this cycle's reservations.
+  taints) and not go above ``high`` with a margin, with this cycle's reservations.
 - ``limits``    per node, namespace, cycle, and per workload in a window.
 - ``plan``      one cycle's decisions, and the view of them (``/rebalance``, ``--once --json``).
 - ``policy_check`` policies that set the extender and the rebalancer against each other (reported).

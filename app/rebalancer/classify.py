@@ -37,12 +37,19 @@ from app.model.nodestate import NodeLoad
 from app.model.rebalance_policy import RebalanceSettings
 from common.timestamps import format_rfc3339
 
-__all__ = ["MOVED_MEMORY", "Counts", "HotMetric", "Reading", "Tracker", "read_node"]
+__all__ = ["MOVED_MEMORY", "Counts", "HotMetric", "Reading", "Tracker", "above_high", "read_node"]
 
 HOT, COOL, NORMAL, UNKNOWN = "hot", "cool", "normal", "unknown"
 MOVED_MEMORY = 3600.0
 """Seconds an eviction is remembered to recognise its replacement: a replacement scheduled later than an
 hour after its eviction is treated like any other pod."""
+
+
+def above_high(value: float, high: float) -> bool:
+    """The hot rule: a value counts as hot only *above* ``high`` (koord-descheduler's
+    ``used > threshold``); a value exactly at ``high`` is not hot. The fit check applies the same rule to
+    a target's projected load, so a move may bring a target to ``high`` but not above it."""
+    return value > high
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +79,7 @@ def read_node(load: NodeLoad, settings: RebalanceSettings, now: float) -> Readin
                 cool = False
             continue
         values[t.name] = sample.value
-        if t.high is not None and sample.value > t.high:
+        if t.high is not None and above_high(sample.value, t.high):
             hot.append(HotMetric(t.name, sample.value, t.high, sample.timestamp))
         if t.low is not None and not sample.value < t.low:
             cool = False

@@ -11,10 +11,10 @@ for the constraints that decide most placements:
 - the extender's own filter (``app.model.load.check_node``, the same function) passes with the estimates
   of pods placed since the node was measured, of the victims already sent there, and of this pod: the
   extender counts a replacement by its estimate, so that is what it will check;
-- the node stays strictly below every rebalance ``high`` with the pods placed since its measurement (their
-  estimates) and the victims sent there, each at its ``victims.margin`` (its measured usage, or the larger
-  of its request and its estimate), so a move never makes a new hot node that the next cycle would move
-  the pod away from again.
+- the node does not go above any rebalance ``high`` (it may reach it: the hot rule, ``classify.above_high``)
+  with the pods placed since its measurement (their estimates) and the victims sent there, each at its
+  ``victims.margin`` (its measured usage, or the larger of its request and its estimate), so a move never
+  makes a new hot node that the next cycle would move the pod away from again.
 
 Not modelled (the scheduler may still decide otherwise; the evicted pod's owner recreates it anyway):
 inter-pod affinity and anti-affinity, topology spread constraints, host ports, volume topology and
@@ -34,6 +34,7 @@ from app.model.load import check_node, projected_load
 from app.model.nodestate import NodeLoad, parse_node
 from app.model.policy import Policy
 from app.model.rebalance_policy import RebalanceSettings
+from app.rebalancer.classify import above_high
 from app.rebalancer.pods import PodFacts
 from app.rebalancer.victims import ESTIMATED, MEASURED, Usage, margin
 from common.quantity import parse_quantity
@@ -233,8 +234,12 @@ def why_not(
         if t.high is None:
             continue
         sample = fresh(load.samples.get(t.name), t.valid_for, now)
-        if sample is not None and sample.value + added.get(t.name, 0.0) >= t.high:
-            value = sample.value + added.get(t.name, 0.0)
+        if sample is None:
+            continue
+        value = sample.value + added.get(t.name, 0.0)
+        # At the precision a load annotation carries (5 decimals), as the agent would publish the target's
+        # load: a sum such as 0.6 + 0.2 that lands on ``high`` up to float rounding is at ``high``.
+        if above_high(round(value, 5), t.high):
             how = "its measured usage" if room.source == MEASURED else "max(request, estimate)"
-            return f"would not stay below high: {t.name} {value:.2f} >= {t.high:.2f} with the pod at {how}"
+            return f"would go above high: {t.name} {value:.2f} > {t.high:.2f} with the pod at {how}"
     return None

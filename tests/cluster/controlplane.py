@@ -678,19 +678,20 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("unpack", help="unpack and verify the binaries; print the folder holding them")
     sub.add_parser(
         "check",
-        help="unpack (kube-controller-manager and the kubelet too), check etcd and openssl; print what is "
-        "missing",
+        help="unpack (kube-controller-manager, the kubelet and helm too), check etcd and openssl; print what "
+        "is missing",
     )
     args = parser.parse_args(argv)
     try:
         if args.command == "unpack":
             print(kube_bin_dir())
         else:
+            from tests.cluster.helm import helm_path  # imports this module: not at the top
+
             check_available()
-            print(
-                f"ok: {kube_bin_dir()}, {controller_manager_path()}, {kubelet_path()}, {etcd_path()}, "
-                f"{openssl_path()}"
-            )
+            found = (kube_bin_dir(), controller_manager_path(), kubelet_path(), etcd_path(), openssl_path(),
+                     helm_path())  # fmt: skip
+            print("ok: " + ", ".join(map(str, found)))
     except MissingPiece as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -356,7 +356,7 @@ def test_no_ping_pong_each_pod_moves_at_most_once(
     assert len(live(core)) == 1
     (watched,) = [n for n in r.view()["lastCycle"]["watched"] if n["state"] == "hot"]
     (candidate,) = watched["candidates"]
-    assert candidate["outcome"] == "no_fit" and "would not stay below high" in candidate["why"]
+    assert candidate["outcome"] == "no_fit" and "would go above high" in candidate["why"]
     assert candidate["usage"]["source"] == ("measured" if nodeloads else "estimated")
 
 

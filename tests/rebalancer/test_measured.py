@@ -178,18 +178,34 @@ def test_the_target_counts_a_victim_at_its_measured_usage() -> None:
     refused = run(nodes, pods, cache(nodeload("hot", {"big": 3.5})))
     assert refused.evictions == []
     (choice,) = refused.nodes[0].candidates
-    assert "would not stay below high: cpu_usage_avg_5m 0.84 >= 0.80 with the pod at its measured usage" in (
+    assert "would go above high: cpu_usage_avg_5m 0.84 > 0.80 with the pod at its measured usage" in (
         choice.why
     )
 
 
-def test_a_target_exactly_at_high_is_refused() -> None:
-    """The docs' rule: a target stays *below* high. 0.5 + 2 CPUs / 8 = 0.75 exactly (binary-exact)."""
+@pytest.mark.parametrize(
+    ("background", "cpu", "high"),
+    [
+        (0.5, "2", 0.75),  # 0.5 + 2 CPUs / 8 = 0.75, binary-exact
+        (0.1, "1600m", 0.3),  # 0.1 + 0.2 is 0.30000000000000004 in floats: at high as an annotation says it
+    ],
+)
+def test_a_target_may_reach_high(background: float, cpu: str, high: float) -> None:
+    """The hot rule's boundary: a node is hot only above high, so a move that brings a target exactly to
+    high makes no new hot node (koord-descheduler rejects a target only when ``used > threshold``)."""
+    p, s = policy(WIDE, thresholds=[{"name": "cpu_usage_avg_5m", "high": high, "low": high / 2}])
+    nf = facts([node("c", background)], p)
+    victim = pfacts(p, pod("v", "hot", cpu=cpu))[0]
+    assert why_not(victim, Target.of(nf["c"], []), p, s, metric_plan(p), NOW) is None
+
+
+def test_a_target_above_high_is_refused() -> None:
+    """0.5 + 2.1 CPUs / 8 = 0.7625, above high 0.75."""
     p, s = policy(WIDE, thresholds=[{"name": "cpu_usage_avg_5m", "high": 0.75, "low": 0.6}])
     nf = facts([node("c", 0.5)], p)
-    victim = pfacts(p, pod("v", "hot", cpu="2"))[0]
+    victim = pfacts(p, pod("v", "hot", cpu="2100m"))[0]
     why = why_not(victim, Target.of(nf["c"], []), p, s, metric_plan(p), NOW)
-    assert why is not None and "0.75 >= 0.75" in why
+    assert why == "would go above high: cpu_usage_avg_5m 0.76 > 0.75 with the pod at max(request, estimate)"
 
 
 def test_no_ping_pong_an_estimated_victim_needs_room_for_its_request() -> None:
@@ -200,7 +216,7 @@ def test_no_ping_pong_an_estimated_victim_needs_room_for_its_request() -> None:
     pods = [pod("big", "n1", cpu="3")]
     plan = run(nodes, pods, predicate=WIDE, consecutiveAbnormal=2, perWorkload=10)  # fmt: skip
     assert plan.evictions == []
-    assert "0.81 >= 0.80 with the pod at max(request, estimate)" in plan.nodes[0].candidates[0].why
+    assert "0.81 > 0.80 with the pod at max(request, estimate)" in plan.nodes[0].candidates[0].why
     # with a measured usage of 2.5 CPU (0.3125) it fits: 0.7525, and stays so
     loads = cache(nodeload("n1", {"big": 2.5}))
     assert [c.target for c in run(nodes, pods, loads, predicate=WIDE, consecutiveAbnormal=2).evictions] == [

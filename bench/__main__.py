@@ -52,6 +52,7 @@ BENCHES = (
     Bench("agent_load_bench"),
     Bench("cluster_bench", (control_plane,)),
     Bench("burst_bench", (control_plane,)),
+    Bench("mixed_burst"),
 )
 
 

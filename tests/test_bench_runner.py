@@ -32,11 +32,12 @@ def test_missing_parts_are_named_and_the_other_benches_run(
         "cpu_assignment_bench",
         "reconcile_bench",
         "agent_load_bench",
+        "mixed_burst",
     ]
     out = capsys.readouterr().out
     assert "prometheus and promtool not on PATH" in out
     assert out.count("BALLAST_KUBE_BIN=") == 2  # cluster_bench and burst_bench each say why
-    assert "6 of 9 benches ran; not run: annotator_bench, cluster_bench, burst_bench" in out
+    assert "7 of 10 benches ran; not run: annotator_bench, cluster_bench, burst_bench" in out
     assert "Traceback" not in out
 
 

@@ -65,6 +65,7 @@ BENCHES = (
     Bench("agent_node_bench", (control_plane, real_node)),
     Bench("cluster_bench", (control_plane,)),
     Bench("burst_bench", (control_plane,)),
+    Bench("mixed_burst"),
 )
 
 

@@ -5,7 +5,8 @@ pods (500m, 1Gi) created at once, kube-scheduler wired as ``scheduler-config-nod
 (names mode, filter + prioritize + bind), and again without the bind verb (kube-scheduler binds itself and
 Ballast learns each placement from its pod watch, later: meanwhile only prioritize's hold says where the
 pod went). Afterwards, per node, the projected load Ballast ranks by
-(``app.model.load.projected_load``: annotated + the estimates of the pods bound there) and whether
+(``app.model.load.projected_load``: annotated + the estimates of the pods bound there, with the policy's
+dominant-resource term; the plain weighted mean is reported beside it) and whether
 ``cpu_usage_avg_5m`` plus estimates ends over its limit. Compared with ideal greedy water-filling (each pod
 to the node with the least projected load after it, among nodes it keeps under the limit). Both scorings
 are run, alternating: the default ``relative`` and ``crane``, each with and without bind.
@@ -54,11 +55,13 @@ def burst(prefix: str) -> list[dict]:
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """What one burst pod adds to a node: to ``cpu_usage_avg_5m`` and to the weighted projected load."""
+    """What one burst pod adds to a node: to ``cpu_usage_avg_5m``, to the projected load Ballast ranks by
+    and to the plain weighted mean of the priority metrics."""
 
     cpu: float
     weighted: float
     limit: float
+    mean: float
 
     @classmethod
     def of(cls, policy_path: Path) -> Shape:
@@ -66,15 +69,20 @@ class Shape:
         cpu_m, mem_b = estimate_usage(pod_info(burst("x")[0]), policy.estimation)
         cpu, mem = cpu_m / CPU_MILLI, mem_b / MEMORY
         total = sum(w for _, w, _, _ in policy.priority_plan)
-        weighted = sum(w * (cpu if r == "cpu" else mem) for _, w, _, r in policy.priority_plan) / total
+        weighted = sum(w * (cpu if r == "cpu" else mem) for _, w, _, r in policy.priority_plan)
+        # Every node starts alike on both resources, so the one a pod adds more of dominates from the
+        # first pod on: the dominant-resource term D adds that share D times.
+        d = policy.dominant_resource_weight
         limit = next(lim for name, lim, _, _ in policy.predicate_plan if name == LIMIT_METRIC)
-        return cls(cpu, weighted, limit)
+        return cls(cpu, (weighted + d * max(cpu, mem)) / (total + d), limit, weighted / total)
 
 
-def outcome(loads: list[float], counts: list[int], shape: Shape) -> tuple[int, float]:
-    """Nodes over the limit and the CV of projected load, for ``counts[i]`` burst pods on node i."""
+def outcome(loads: list[float], counts: list[int], shape: Shape) -> tuple[int, float, float]:
+    """Nodes over the limit, the CV of projected load and the CV of the plain weighted mean, for
+    ``counts[i]`` burst pods on node i."""
     over = sum(u + k * shape.cpu > shape.limit + 1e-12 for u, k in zip(loads, counts, strict=True))
-    return over, cv([u + k * shape.weighted for u, k in zip(loads, counts, strict=True)])
+    projected = cv([u + k * shape.weighted for u, k in zip(loads, counts, strict=True)])
+    return over, projected, cv([u + k * shape.mean for u, k in zip(loads, counts, strict=True)])
 
 
 def ideal_counts(loads: list[float], pods: int, shape: Shape) -> list[int]:
@@ -112,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     loads = [0.10 + 0.38 * i / (NODES - 1) for i in range(NODES)]
     shape = Shape.of(POLICY)
-    ideal_over, ideal_cv = outcome(loads, ideal_counts(loads, PODS, shape), shape)
-    results: dict[tuple[str, bool], list[tuple[int, float]]] = {
+    ideal_over, ideal_cv, ideal_mean = outcome(loads, ideal_counts(loads, PODS, shape), shape)
+    results: dict[tuple[str, bool], list[tuple[int, float, float]]] = {
         (scoring, bind): [] for bind in (True, False) for scoring in ("relative", "crane")
     }
     with tempfile.TemporaryDirectory() as tmp, ControlPlane() as cp:
@@ -132,23 +140,31 @@ def main(argv: list[str] | None = None) -> int:
                     config = scheduler_config(url, bind=bind)
                     _, placed, _ = drain(cp, api, config, burst(f"r{r}-{scoring}-{'b' if bind else 'w'}"))
                 per_node = Counter(placed.values())
-                over, spread = outcome(loads, [per_node.get(n, 0) for n in names], shape)
-                results[scoring, bind].append((over, spread))
+                over, spread, mean = outcome(loads, [per_node.get(n, 0) for n in names], shape)
+                results[scoring, bind].append((over, spread, mean))
                 label = f"{scoring}, {'bind' if bind else 'no bind'}"
-                print(f"  round {r + 1} {label:18s} nodes over limit {over}, CV {spread:.4f}", flush=True)
+                print(
+                    f"  round {r + 1} {label:18s} nodes over limit {over}, CV {spread:.4f} (mean {mean:.4f})",
+                    flush=True,
+                )
     print(f"\nburst of {PODS} pods (500m, 1Gi) onto {NODES} nodes loaded 0.10-0.48, {args.rounds} rounds")
-    print("| placement | nodes over limit (max) | CV of projected load median (range) | CV / ideal |")
-    print("|---|---:|---|---:|")
+    print(f"dominantResourceWeight {load_policy(POLICY).dominant_resource_weight:g}")
+    print(
+        "| placement | nodes over limit (max) | CV of projected load median (range) | CV / ideal "
+        "| CV of the weighted mean alone |"
+    )
+    print("|---|---:|---|---:|---:|")
     for (scoring, bind), rows in results.items():
-        cvs = [c for _, c in rows]
+        cvs = [c for _, c, _ in rows]
         how = "with bind" if bind else "no bind verb (pod watch)"
-        over = max(o for o, _ in rows)
+        over = max(o for o, _, _ in rows)
         print(
             f"| Ballast, scoring: {scoring}, {how} | {over} | {statistics.median(cvs):.4f} "
             f"({min(cvs):.4f}-{max(cvs):.4f}) | {statistics.median(cvs) / ideal_cv:.2f}x "
-            f"({min(cvs) / ideal_cv:.2f}-{max(cvs) / ideal_cv:.2f}x) |"
+            f"({min(cvs) / ideal_cv:.2f}-{max(cvs) / ideal_cv:.2f}x) "
+            f"| {statistics.median(m for _, _, m in rows):.4f} |"
         )
-    print(f"| ideal greedy water-filling | {ideal_over} | {ideal_cv:.4f} | 1.00x |")
+    print(f"| ideal greedy water-filling | {ideal_over} | {ideal_cv:.4f} | 1.00x | {ideal_mean:.4f} |")
     return 0
 
 

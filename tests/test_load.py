@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from app.model.annotations import format_hot_value, format_load
-from app.model.load import check_node, score_node, to_extender_score
+from app.model.load import (
+    after,
+    check_node,
+    dominant_of,
+    project,
+    projected_load,
+    resource_loads,
+    score_node,
+    to_extender_score,
+)
 from app.model.nodestate import parse_node
 from app.model.policy import Policy
 
@@ -35,6 +46,13 @@ def node(values: dict[str, float | tuple[float, float]], hot: tuple[int, float] 
 
 
 ALL = dict(zip(METRICS, (0.3, 0.4, 0.5, 0.2, 0.3, 0.4), strict=True))
+
+
+@pytest.fixture
+def policy(policy: Policy) -> Policy:
+    """The bundled policy as crane reads it: crane has no dominant-resource term (the tables at the end
+    of this module hold it)."""
+    return dataclasses.replace(policy, dominant_resource_weight=0.0)
 
 
 def crane_raw(values: dict[str, float], policy: Policy) -> int:
@@ -140,3 +158,87 @@ def test_extra_estimated_usage_can_reject_and_lowers_score(policy: Policy) -> No
 @pytest.mark.parametrize(("final", "score"), [(0, 0), (4, 0), (5, 1), (14, 1), (15, 2), (95, 10), (100, 10)])
 def test_extender_score_rounding(final: int, score: int) -> None:
     assert to_extender_score(final) == score
+
+
+# -- the dominant-resource term (spec.dominantResourceWeight) ------------------------------------------
+
+# ALL's resources: cpu 0.3*0.2 + 0.4*0.3 + 0.5*0.5 = 0.43, memory 0.2*0.2 + 0.3*0.3 + 0.4*0.5 = 0.33 (the
+# weights of each resource sum to 1.0); crane's scores of them 57 and 67, and 124 over both (weight 2.0).
+CPU_HEAVY = ALL
+MEMORY_HEAVY = {m: (v if m.startswith("cpu") else v + 0.3) for m, v in ALL.items()}  # memory 0.63
+
+
+@pytest.mark.parametrize(
+    ("values", "weight", "loads", "dominant", "projected", "raw"),
+    [
+        (CPU_HEAVY, 0.0, {"cpu": 0.43, "memory": 0.33}, "cpu", 0.76 / 2, 62),
+        (CPU_HEAVY, 2.0, {"cpu": 0.43, "memory": 0.33}, "cpu", (0.76 + 2 * 0.43) / 4, 59),  # 238 / 4
+        (CPU_HEAVY, 12.0, {"cpu": 0.43, "memory": 0.33}, "cpu", (0.76 + 12 * 0.43) / 14, 57),  # 808 / 14
+        (MEMORY_HEAVY, 0.0, {"cpu": 0.43, "memory": 0.63}, "memory", 1.06 / 2, 47),
+        (MEMORY_HEAVY, 12.0, {"cpu": 0.43, "memory": 0.63}, "memory", (1.06 + 12 * 0.63) / 14, 38),  # 538/14
+        # only memory measured: memory is the dominant resource, whatever its load
+        ({"mem_usage_avg_5m": 0.1}, 12.0, {"memory": 0.1}, "memory", 0.1, 90),
+        # cpu and memory equal: cpu is named
+        ({k: 0.25 for k in METRICS}, 12.0, {"cpu": 0.25, "memory": 0.25}, "cpu", 0.25, 75),
+        ({}, 12.0, {}, None, None, 0),  # no information: no dominant resource, scores 0
+    ],
+)
+def test_dominant_resource_table(policy: Policy, values, weight, loads, dominant, projected, raw) -> None:
+    """koordinator's rule: (sum(w * x) + D * worst) / (sum(w) + D), on crane's scores and on loads."""
+    p = dataclasses.replace(policy, dominant_resource_weight=weight)
+    load = parse_node(node(values), p, NOW)
+    got = resource_loads(load, p, NOW)
+    assert got == pytest.approx(loads) and got.keys() == loads.keys()
+    assert dominant_of(got) == dominant
+    assert projected_load(load, p, NOW) == (None if projected is None else pytest.approx(projected))
+    assert score_node(load, p, NOW).raw == raw
+
+
+def test_dominant_resource_weight_zero_is_the_mean_alone(policy: Policy) -> None:
+    """An operator turns the term off with 0: the projected load and the score are crane's again."""
+    load = parse_node(node(MEMORY_HEAVY), policy, NOW)
+    assert projected_load(load, policy, NOW) == pytest.approx(1.06 / 2)
+    assert project(load, policy, NOW)[1] is None  # the board keeps no dominant part
+    assert score_node(load, policy, NOW).raw == crane_raw(MEMORY_HEAVY, policy)
+
+
+def test_the_dominant_resource_follows_the_pod() -> None:
+    """A node near its memory but idle on cpu: a memory-heavy pod makes memory its dominant resource and
+    ranks it below a node with free memory, which the mean alone ranked the other way."""
+    from app.model.policy import parse_policy
+
+    text = (
+        "spec:\n  syncPolicy: [{name: cpu_usage_avg_5m, period: 3m}, {name: mem_usage_avg_5m, period: 3m}]\n"
+        "  priority: [{name: cpu_usage_avg_5m, weight: 1}, {name: mem_usage_avg_5m, weight: 1}]\n"
+    )
+    plain = parse_policy(text)
+    dominant = parse_policy(text + "  dominantResourceWeight: 12\n")
+    nodes = {
+        "memory-full": {"cpu_usage_avg_5m": 0.05, "mem_usage_avg_5m": 0.55},  # mean 0.30
+        "balanced": {"cpu_usage_avg_5m": 0.33, "mem_usage_avg_5m": 0.33},  # mean 0.33
+    }
+    pod_mem = 3 << 30  # +0.094 of a 32Gi node's memory: 0.644 on memory-full, under a 0.65 limit
+
+    def ranked(p: Policy) -> list[str]:
+        loads = {n: parse_node(node(v), p, NOW) for n, v in nodes.items()}
+        return sorted(loads, key=lambda n: after(*project(loads[n], p, NOW), 0, pod_mem))
+
+    assert ranked(plain) == ["memory-full", "balanced"]
+    assert ranked(dominant) == ["balanced", "memory-full"]
+
+
+@pytest.mark.parametrize("weight", [0.0, 1.0, 12.0, 100.0])
+@pytest.mark.parametrize("pod", [(0, 0), (4000, 0), (0, 8 << 30), (250, 1 << 30), (8000, 32 << 30)])
+@pytest.mark.parametrize(
+    "values", [CPU_HEAVY, MEMORY_HEAVY, {"cpu_usage_avg_5m": 0.2}, {"mem_usage_avg_5m": 0.2}]
+)
+def test_project_and_after_equal_projected_load_with_the_pod(policy: Policy, weight, pod, values) -> None:
+    """The board's form (``project``, then ``after`` per pod) is the definition with the pod's estimate added
+    to every metric of its resource."""
+    p = dataclasses.replace(policy, dominant_resource_weight=weight)
+    load = parse_node(node(values), p, NOW)
+    cpu, mem = pod
+    extra = {m: (cpu / 8000 if m.startswith("cpu") else mem / (32 << 30)) for m in METRICS}
+    assert after(*project(load, p, NOW), cpu, mem) == pytest.approx(
+        projected_load(load, p, NOW, extra), abs=1e-12
+    )

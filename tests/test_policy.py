@@ -309,3 +309,33 @@ def test_documented_ballast_sections_example_parses_to_the_defaults() -> None:
     assert policy.topology == defaults.topology and policy.scoring == defaults.scoring == "relative"
     assert policy.legacy_zone is not None and str(policy.legacy_zone) == "Asia/Shanghai"
     assert policy.resource_of("cpu_usage_avg_5m") == "cpu"
+
+
+def test_dominant_resource_weight_is_a_validated_policy_field() -> None:
+    """koordinator's name and bounds; a crane file without it keeps crane's ranking (0); the shipped
+    policy sets what the mixed-cluster measurement chose (docs/performance.md)."""
+    assert parse_policy(BASE).dominant_resource_weight == 0.0
+    assert load_policy(POLICY_FILE).dominant_resource_weight == 12
+    for text, weight in (("0", 0.0), ("2.5", 2.5), ("100", 100.0)):
+        p = parse_policy(BASE + f"  dominantResourceWeight: {text}\n")
+        assert p.dominant_resource_weight == weight
+        assert p.to_json()["dominantResourceWeight"] == weight
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("-1", "-1 is out of range: must be in [0, 100]"),
+        ("101", "101 is out of range: must be in [0, 100]"),
+        (".nan", "out of range: must be in [0, 100]"),
+        ("high", "expected a number, got 'high'"),
+        ("true", "expected a number, got True"),
+        ("[1]", "expected a number"),
+    ],
+)
+def test_a_bad_dominant_resource_weight_is_refused_with_its_path(value: str, reason: str) -> None:
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(BASE + f"  dominantResourceWeight: {value}\n", "p.yaml")
+    ((path, got),) = exc.value.problems
+    assert path == "spec.dominantResourceWeight" and reason in got, got
+    assert str(exc.value).startswith("invalid policy p.yaml: spec.dominantResourceWeight: ")

@@ -31,6 +31,8 @@ from tests.oracle import Oracle
 
 RELATIVE = load_policy(POLICY_FILE)
 CRANE = dataclasses.replace(RELATIVE, scoring="crane")
+MEAN = dataclasses.replace(RELATIVE, dominant_resource_weight=0.0)
+"""The shipped policy without its dominant-resource term: the weighted mean alone (crane's ranking)."""
 NOW = 1_800_000_000.0
 CPU_MILLI = 4000
 MEMORY = 16 << 30
@@ -195,8 +197,8 @@ def test_a_tie_at_the_top_is_held_where_kube_scheduler_goes(encoded: bool) -> No
     it will land (the first of the tied candidates had a pod already). The oracle (the definition, node
     by node) agrees."""
     loads = {"a": make_node("a", 0.30), "b": make_node("b", 0.35), "c": make_node("c", 0.50)}
-    ext = extender(loads, RELATIVE)
-    oracle = Oracle(loads, RELATIVE, NOW)
+    ext = extender(loads, MEAN)
+    oracle = Oracle(loads, MEAN, NOW)
     for ledger in (ext.ledger, oracle.ledger):
         ledger.bound(None, "earlier", "a", NOW, size=(400, 0))  # a: 0.30 + 0.4 cores / 4 * cpu's half
     assert scores(ext, ["a", "b", "c"], encoded=encoded) == {"a": 10, "b": 10, "c": 0}
@@ -213,8 +215,17 @@ def test_a_tie_at_the_top_is_held_where_kube_scheduler_goes(encoded: bool) -> No
 # -- a burst, simulated ------------------------------------------------------------------------------
 
 
-PER_POD = (round(200 * 0.85) / CPU_MILLI + round((256 << 20) * 0.70) / MEMORY) / 2
-"""What one pod(i) adds to a node's projected load: its cpu and memory estimates, each half the weight."""
+CPU_PER_POD = round(200 * 0.85) / CPU_MILLI
+MEMORY_PER_POD = round((256 << 20) * 0.70) / MEMORY
+
+
+def per_pod(policy) -> float:
+    """What one pod(i) adds to a node's projected load: its cpu and memory estimates, each half the
+    priority weight (1.0 of 2.0), and with the dominant-resource term D the cpu estimate once more, D
+    times: on a node loaded alike on both resources cpu dominates from the first pod on (a pod adds more
+    of it)."""
+    d = policy.dominant_resource_weight
+    return (CPU_PER_POD + MEMORY_PER_POD + d * max(CPU_PER_POD, MEMORY_PER_POD)) / (2 + d)
 
 
 POD_CPU_MILLI, POD_MEMORY = 200, 256 << 20  # pod(i)'s requests
@@ -274,10 +285,11 @@ def simulate_burst(
     return before, after, over
 
 
+@pytest.mark.parametrize("policy", [RELATIVE, MEAN], ids=["shipped", "mean-only"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_burst_spreads_like_water_filling(seed: int) -> None:
-    before, after, over = simulate_burst(RELATIVE, 100, seed)
-    ideal = water_fill(before, [PER_POD] * 100)
+def test_burst_spreads_like_water_filling(seed: int, policy) -> None:
+    before, after, over = simulate_burst(policy, 100, seed)
+    ideal = water_fill(before, [per_pod(policy)] * 100)
     assert sum(after) == pytest.approx(sum(ideal))  # every pod placed, as in the ideal
     assert over == 0
     assert cv(after) <= 1.25 * cv(ideal), (cv(after), cv(ideal))
@@ -288,18 +300,19 @@ def test_crane_scoring_spreads_worse_than_the_default() -> None:
     results = []
     for seed in (1, 2, 3):
         before, after, _ = simulate_burst(CRANE, 100, seed)
-        results.append(cv(after) / cv(water_fill(before, [PER_POD] * 100)))
+        results.append(cv(after) / cv(water_fill(before, [per_pod(CRANE)] * 100)))
     assert min(results) > 1.25, results
 
 
+@pytest.mark.parametrize("policy", [RELATIVE, MEAN], ids=["shipped", "mean-only"])
 @pytest.mark.parametrize("bind_lag", [0, 1, 2, 4])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_burst_spreads_like_water_under_kube_schedulers_total(seed: int, bind_lag: int) -> None:
+def test_burst_spreads_like_water_under_kube_schedulers_total(seed: int, bind_lag: int, policy) -> None:
     """kube-scheduler adds its own request-based scores, which favour the node with fewer pods (the busier
     one in a burst), and binds asynchronously: the least loaded candidate must lead by enough that the
     scheduler follows it, so the hold prioritize puts there is where the pod went."""
-    before, after, over = simulate_burst(RELATIVE, 100, seed, weight=3, bind_lag=bind_lag)
-    ideal = water_fill(before, [PER_POD] * 100)
+    before, after, over = simulate_burst(policy, 100, seed, weight=3, bind_lag=bind_lag)
+    ideal = water_fill(before, [per_pod(policy)] * 100)
     assert sum(after) == pytest.approx(sum(ideal))
     assert over == 0
     assert cv(after) <= 1.25 * cv(ideal), (cv(after), cv(ideal))
@@ -319,3 +332,26 @@ def test_explain_and_nodes_rank_like_prioritize() -> None:
     assert out["favoured"] == "a"
     crane = explain(extender(loads, CRANE), pod(0), ["a", "b", "c"], None)
     assert [v["score"]["score"] for v in crane["nodes"]] == [7, 7, 6]
+
+
+def test_explain_and_nodes_show_each_resource_and_the_dominant_one() -> None:
+    """/explain and /nodes show each resource's projected load (this pod's estimate included) and which
+    one dominates, whatever the weight of the dominant term."""
+    ann = {m: format_load(0.20 if m.startswith("cpu") else 0.50, NOW - 30) for m in RELATIVE.sync_periods}
+    alloc = {"cpu": f"{CPU_MILLI}m", "memory": str(MEMORY)}
+    load = parse_node(
+        {"metadata": {"name": "m", "annotations": ann}, "status": {"allocatable": alloc}}, RELATIVE, NOW
+    )
+    for policy in (RELATIVE, MEAN):
+        (view,) = explain(extender({"m": load}, policy), pod(0), ["m"], None)["nodes"]
+        score = view["score"]
+        assert score["resources"] == pytest.approx(
+            {"cpu": 0.2 + CPU_PER_POD, "memory": 0.5 + MEMORY_PER_POD}, abs=1e-6
+        )
+        assert score["dominantResource"] == "memory"
+        assert score["dominantResourceWeight"] == policy.dominant_resource_weight
+        d = policy.dominant_resource_weight
+        mean = (0.2 + CPU_PER_POD + 0.5 + MEMORY_PER_POD) / 2
+        assert score["projectedLoad"] == pytest.approx(
+            (2 * mean + d * (0.5 + MEMORY_PER_POD)) / (2 + d), abs=1e-6
+        )

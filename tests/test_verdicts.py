@@ -16,7 +16,7 @@ from app.extender.metrics import ExtenderMetrics
 from app.extender.wire import ExtenderArgs
 from app.model.annotations import format_hot_value, format_load
 from app.model.ledger import Ledger
-from app.model.load import check_node, projected_load, score_node
+from app.model.load import after, check_node, projected_load, score_node
 from app.model.nodestate import NodeLoad, parse_node
 from app.model.podinfo import PodInfo
 from app.model.policy import load_policy
@@ -85,13 +85,13 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
         assert (fast.reason if fast else None) == (exact.reason if exact else None)
     assert d.score == score_node(load, POLICY, NOW, ledger.extra(load, NOW)).score
     # relative scoring: the board's standing load plus the pod's slope is the exact load after the pod
-    after = projected_load(load, POLICY, NOW, ledger.extra(load, NOW, incoming))
-    base, per_cpu, per_byte = d.projection
-    if after is None:
-        assert base is None
+    # (with the shipped policy's dominant-resource term: the board's part of it with the pod's added)
+    exact_after = projected_load(load, POLICY, NOW, ledger.extra(load, NOW, incoming))
+    fast_after = after(d.projection, d.dominant, incoming.cpu_milli, incoming.memory_bytes)
+    if exact_after is None:
+        assert fast_after is None
     else:
-        fast_after = base + incoming.cpu_milli * per_cpu + incoming.memory_bytes * per_byte
-        assert fast_after == pytest.approx(after, rel=1e-9, abs=1e-12)
+        assert fast_after == pytest.approx(exact_after, rel=1e-9, abs=1e-12)
     assert d.blocked == (check_node(load, POLICY, NOW, ledger.extra(load, NOW)) is not None)
 
 
@@ -103,13 +103,17 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @pytest.mark.parametrize("deferred", [False, True], ids=["settled", "deferred"])
 @pytest.mark.parametrize("scoring", ["relative", "crane"])
-def test_board_filter_and_prioritize_equal_the_oracle(scoring, deferred, specs, pods, changes) -> None:
+@pytest.mark.parametrize("dominant", [POLICY.dominant_resource_weight, 0.0], ids=["shipped", "no-dominant"])
+def test_board_filter_and_prioritize_equal_the_oracle(
+    scoring, dominant, deferred, specs, pods, changes
+) -> None:
     """A burst through the board-backed extender answers exactly as the definition, node by node
     (``tests.oracle``): each pod asked twice (the second time the board's memo answers, and the pod's own
     hold is scored exactly), with nodes changing between pods (a changed node must leave the memo).
     ``deferred``: the verbs run as the HTTP layer runs them (``answering``: the board takes in their holds
-    at ``settle``, here only after every seventh answer, so reads meet nodes still pending)."""
-    policy = dataclasses.replace(POLICY, scoring=scoring)
+    at ``settle``, here only after every seventh answer, so reads meet nodes still pending). ``dominant``:
+    with the shipped dominantResourceWeight and without (the board's two ways of ranking)."""
+    policy = dataclasses.replace(POLICY, scoring=scoring, dominant_resource_weight=dominant)
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     names = [*loads, "unknown"]
     fast = Extender(
@@ -262,6 +266,7 @@ def _standing(d) -> tuple:
         d.cpu_room,
         d.memory_room,
         d.projection,
+        d.dominant,
         d.until,
         d.units,
         checks(d.checks),

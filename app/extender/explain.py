@@ -15,7 +15,14 @@ from app.extender.extender import Extender
 from app.extender.numa.community import community_demand
 from app.extender.numa.crane import NumaRequest, combine, numa_request, numa_score
 from app.model.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
-from app.model.load import check_node, projected_load, relative_scores, score_node
+from app.model.load import (
+    check_node,
+    dominant_of,
+    projected_load,
+    relative_scores,
+    resource_loads,
+    score_node,
+)
 from app.model.nodestate import NodeLoad
 from app.model.podinfo import PodInfo, pod_info
 from app.model.policy import Policy
@@ -65,6 +72,8 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
     prod = policy.is_prod(pod.priority)
     rejection = None if pod.daemonset else check_node(load, policy, now, filter_extra, prod)
     score = score_node(load, policy, now, score_extra, explain=True)
+    ranked_extra = score_extra if pod.daemonset else filter_extra
+    resources = resource_loads(load, policy, now, ranked_extra)
     hot = load.hot
     estimates = ext.ledger.counted(load, now)
     return {
@@ -92,9 +101,10 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
         "score": score.to_json()
         | {
             "scoring": policy.scoring,
-            "projectedLoad": projected_load(
-                load, policy, now, score_extra if pod.daemonset else filter_extra
-            ),
+            "projectedLoad": projected_load(load, policy, now, ranked_extra),
+            "resources": {r: round(v, PROJECTED_DIGITS) for r, v in resources.items()},
+            "dominantResource": dominant_of(resources),
+            "dominantResourceWeight": policy.dominant_resource_weight,
         },
         "numa": numa_view(ext, load.name),
         "limits": _limits_view(load, policy) | {"podClass": "prod" if prod else "batch"},

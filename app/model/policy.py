@@ -114,6 +114,10 @@ class Policy:
     """``relative`` (rank the candidates by projected load after the pod: the least loaded 10, the others
     7 down to 0) or ``crane`` (crane's absolute ``(1 - u) * 100`` formula mapped to 0..10); see
     ``app.model.load``."""
+    dominant_resource_weight: float = 0.0
+    """``spec.dominantResourceWeight`` (koordinator's LoadAware argument of that name): the weight of a
+    node's dominant resource, the one with the highest projected load, as one more term beside the
+    priority weights (``app.model.load.projected_load``). 0 (the default, and crane's rule) leaves it out."""
     mode: str = "enforce"
     """``enforce`` or ``shadow`` (compute and record every verdict, answer as if the load rules were
     absent); see ``app.extender.shadow``."""
@@ -199,6 +203,7 @@ class Policy:
             },
             "metricResources": {m: self.resource_of(m) for m in self.sync_periods},
             "scoring": self.scoring,
+            "dominantResourceWeight": self.dominant_resource_weight,
             "mode": self.mode,
             "nodePools": [p.to_json() for p in self.node_pools],
             "prod": self.prod.to_json() if self.prod is not None else None,
@@ -431,6 +436,18 @@ def _scoring(c: _Checker, value: Any) -> str:
     return scoring
 
 
+MAX_DOMINANT_RESOURCE_WEIGHT = 100.0
+"""koordinator's bound for ``dominantResourceWeight``: far above any useful value (the priority weights of
+crane's policy sum to 2)."""
+
+
+def _dominant_resource_weight(c: _Checker, value: Any) -> float:
+    if value is None:
+        return 0.0
+    weight = c.number(value, "spec.dominantResourceWeight", 0.0, MAX_DOMINANT_RESOURCE_WEIGHT)
+    return 0.0 if weight is None else weight
+
+
 SPEC_FIELDS = {
     "syncPolicy",
     "predicate",
@@ -441,6 +458,7 @@ SPEC_FIELDS = {
     "metricResources",
     "topology",
     "scoring",
+    "dominantResourceWeight",
     "mode",
     "nodePools",
     "prod",
@@ -478,6 +496,7 @@ def build_policy(document: Any, source: str = "<memory>") -> Policy:
         metric_resources=_metric_resources(c, spec.get("metricResources"), periods),
         topology=_topology(c, spec.get("topology")),
         scoring=_scoring(c, spec.get("scoring")),
+        dominant_resource_weight=_dominant_resource_weight(c, spec.get("dominantResourceWeight")),
         mode=parse_mode(c, spec.get("mode")),
         node_pools=parse_pools(c, spec.get("nodePools"), periods),
         prod=parse_prod(c, spec.get("prod"), periods),

@@ -1,10 +1,10 @@
 """Real nodes for the loopback control plane: a real kubelet v1.36.2 with a containerd of its own.
 
 The recipe is ``tests/cluster/node/`` (``up-node.sh NODE KUBECONFIG``, ``down-node.sh NODE KUBECONFIG``; the
-development guide says what each setting is for and why), or the folder ``$BALLAST_NODE_RECIPE`` names. The kubelet and kubectl
-are the control plane's own unpacked binaries (``controlplane.kubelet_path``). Each node keeps its state,
-sockets and logs in a folder of its own below a short temporary path (unix socket paths are limited), with
-its own ``cgroupRoot`` (``/<node>`` unless asked for ``/``), so several nodes share one host.
+development guide says what each setting is for and why), or the folder ``$BALLAST_NODE_RECIPE`` names. The
+kubelet and kubectl are the control plane's own unpacked binaries (``controlplane.kubelet_path``). Each node
+keeps its state, sockets and logs in a folder of its own below a short temporary path (unix socket paths are
+limited), with its own ``cgroupRoot`` (``/<node>`` unless asked for ``/``), so several nodes share one host.
 
 Pods on these nodes run real processes in cgroups the kubelet makes: what ``/proc/<pid>/status``, the pod
 cgroups and the kubelet's own ``/stats/summary`` say is what a user's node would say. Images are local
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.controlplane import (
-    ROOT,
     ControlPlane,
     MissingPiece,
     Server,

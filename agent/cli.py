@@ -14,7 +14,14 @@ from typing import Any
 
 from agent.topology import CPUTopology, TopologyError
 from agent.topology_sysfs import read_topology
-from common.cli import HelpFormatter, add_common, add_watch_stall, duration, port
+from common.cli import (
+    HelpFormatter,
+    add_common,
+    add_kubeconfig,
+    add_metrics_endpoint,
+    add_watch_stall,
+    duration,
+)
 
 __all__ = ["register", "run_agent", "show_topology", "topology_json"]
 
@@ -38,11 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="name of the Node this agent runs on; when not given, the NODE_NAME environment variable "
         "(a DaemonSet sets it from the downward API's spec.nodeName)",
     )
-    agent.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig for the API server; without it KUBECONFIG, else the in-cluster service account",
-    )
+    add_kubeconfig(agent)
     agent.add_argument(
         "--sysfs",
         type=Path,
@@ -81,15 +84,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "(topology.crane.io/v1alpha1, what the Ballast extender and crane-scheduler read) and/or community "
         "(topology.node.k8s.io/v1alpha2, what scheduler-plugins' NodeResourceTopologyMatch reads)",
     )
-    agent.add_argument(
-        "--metrics-port",
-        type=port,
-        default=8091,
-        metavar="PORT",
-        help="port of the /healthz, /readyz and /metrics endpoint (0 disables it)",
-    )
-    agent.add_argument(
-        "--metrics-address", default="0.0.0.0", metavar="ADDR", help="address the endpoint listens on"
+    add_metrics_endpoint(
+        agent, port_default=8091, endpoints="the /healthz, /readyz and /metrics endpoint", once=False
     )
     load = agent.add_argument_group("load reporting (the built-in load source: --report-load)")
     load.add_argument(

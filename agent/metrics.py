@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+
+from common.metrics import MetricSet
 
 __all__ = ["CPUManagerMetrics"]
 
@@ -11,76 +13,66 @@ RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 
 class CPUManagerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.pinning_requests = Counter(
-            "ballast_agent_cpuset_updates",
+        m = MetricSet("ballast_agent", registry)
+        self.registry = m.registry
+        self.pinning_requests = m.counter(
+            "cpuset_updates",
             "Cpuset updates sent to the runtime (one per container whose cpuset changed).",
-            ["runtime"],
-            registry=r,
+            "runtime",
         )
-        self.pinning_errors = Counter(
-            "ballast_agent_cpuset_update_errors",
+        self.pinning_errors = m.counter(
+            "cpuset_update_errors",
             "Cpuset updates that failed after retries, by reason; retried on the next reconcile.",
-            ["runtime", "reason"],
-            registry=r,
+            "runtime",
+            "reason",
         )
-        self.runtime_retries = Counter(
-            "ballast_agent_runtime_call_retries",
+        self.runtime_retries = m.counter(
+            "runtime_call_retries",
             "Runtime calls retried after a transient failure, by method and gRPC code.",
-            ["method", "code"],
-            registry=r,
+            "method",
+            "code",
         )
-        self.exclusive_cpus = Gauge(
-            "ballast_agent_exclusive_cpus",
+        self.exclusive_cpus = m.gauge(
+            "exclusive_cpus",
             "CPUs assigned to containers (exclusive and immovable pods).",
-            registry=r,
         )
-        self.shared_pool_cpus = Gauge(
-            "ballast_agent_shared_pool_cpus",
+        self.shared_pool_cpus = m.gauge(
+            "shared_pool_cpus",
             "CPUs in the shared pool that unpinned containers run on (reserved CPUs included).",
-            registry=r,
         )
-        self.pinned_pods = Gauge(
-            "ballast_agent_pinned_pods",
+        self.pinned_pods = m.gauge(
+            "pinned_pods",
             "Pods with CPUs assigned, by policy (exclusive, immovable).",
-            ["policy"],
-            registry=r,
+            "policy",
         )
-        self.reconcile_duration = Histogram(
-            "ballast_agent_reconcile_duration_seconds",
+        self.reconcile_duration = m.histogram(
+            "reconcile_duration_seconds",
             "Time of one reconcile pass (allocation, release and cpuset updates).",
             buckets=RECONCILE_BUCKETS,
-            registry=r,
         )
-        self.allocations = Counter(
-            "ballast_agent_cpu_allocations",
+        self.allocations = m.counter(
+            "cpu_allocations",
             "Pods given CPUs, by policy (exclusive, immovable).",
-            ["policy"],
-            registry=r,
+            "policy",
         )
-        self.allocation_errors = Counter(
-            "ballast_agent_cpu_allocation_errors",
+        self.allocation_errors = m.counter(
+            "cpu_allocation_errors",
             "Pods whose CPUs could not be found, by reason; retried when CPUs are freed.",
-            ["reason"],
-            registry=r,
+            "reason",
         )
-        self.topology_results_ignored = Counter(
-            "ballast_agent_topology_results_ignored",
+        self.topology_results_ignored = m.counter(
+            "topology_results_ignored",
             "Pod topology-result annotations treated as absent, by reason "
             "(untrusted-scheduler, malformed, unknown-numa, cpu-mismatch).",
-            ["reason"],
-            registry=r,
+            "reason",
         )
-        self.state_recoveries = Counter(
-            "ballast_agent_state_recoveries",
+        self.state_recoveries = m.counter(
+            "state_recoveries",
             "CPU state checkpoints rejected at start-up (moved aside and rebuilt), by kind "
             "(unreadable, corrupt, policy, invalid).",
-            ["kind"],
-            registry=r,
+            "kind",
         )
-        self.state_write_errors = Counter(
-            "ballast_agent_state_write_errors",
+        self.state_write_errors = m.counter(
+            "state_write_errors",
             "Failed saves of the CPU state checkpoint (retried on the next reconcile).",
-            registry=r,
         )

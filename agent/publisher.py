@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from agent.cpu_assignment import NotEnoughCPUsError
 from agent.cpuset import CPUSet
@@ -40,6 +40,7 @@ from agent.nrt_community import Held, build_community_nrt, community_merge_patch
 from agent.reserved import reserved_cpus
 from agent.topology import CPUTopology
 from common.kube import ApiError, Kube, path_for
+from common.metrics import MetricSet
 from common.nrt_api import API_VERSION, COMMUNITY_API_VERSION, COMMUNITY_GROUP, GROUP, PLURAL
 
 __all__ = [
@@ -81,33 +82,30 @@ class PublisherMetrics:
     """The publisher's Prometheus metrics, on a registry the agent owns (shared with the CPU manager's)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        self.publishes = Counter(
-            "ballast_agent_nrt_publishes",
+        m = MetricSet("ballast_agent", registry)
+        self.registry = m.registry
+        results = [result.value for result in Result]  # every series from the start: rate() works from zero
+        self.publishes = m.counter(
+            "nrt_publishes",
             "NodeResourceTopology publish attempts by result (created, patched, unchanged, error).",
-            ["result"],
-            registry=self.registry,
+            "result",
+            zero=results,
         )
-        for result in Result:  # every series exists from the start, so rate() works from zero
-            self.publishes.labels(result.value)
-        self.last_success = Gauge(
-            "ballast_agent_nrt_last_success_timestamp_seconds",
+        self.last_success = m.gauge(
+            "nrt_last_success_timestamp_seconds",
             "Unix time of the last publish that left the NodeResourceTopology up to date.",
-            registry=self.registry,
         )
-        self.community_publishes = Counter(
-            "ballast_agent_community_nrt_publishes",
+        self.community_publishes = m.counter(
+            "community_nrt_publishes",
             "Community NodeResourceTopology (v1alpha2, --publish community) publish attempts by result.",
-            ["result"],
-            registry=self.registry,
+            "result",
+            zero=results,
         )
-        for result in Result:
-            self.community_publishes.labels(result.value)
-        self.kubelet_config_reads = Counter(
-            "ballast_agent_kubelet_config_reads",
+        self.kubelet_config_reads = m.counter(
+            "kubelet_config_reads",
             "Reads of the kubelet configuration by source (file, configz) and result (ok, error).",
-            ["source", "result"],
-            registry=self.registry,
+            "source",
+            "result",
         )
 
 

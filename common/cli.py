@@ -63,6 +63,72 @@ def add_watch_stall(p: argparse.ArgumentParser | Any) -> None:
     )
 
 
+def add_kubeconfig(p: argparse.ArgumentParser | Any) -> None:
+    """``--kubeconfig``, read by ``common.kube.connect`` the same way in every program that needs the API."""
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig for the API server; without it KUBECONFIG, else the in-cluster service account",
+    )
+
+
+def add_policy_poll(p: argparse.ArgumentParser | Any) -> None:
+    """``--policy-poll``: how often a program that reloads its policy file looks at it."""
+    p.add_argument(
+        "--policy-poll",
+        type=duration_or_off,
+        default="2s",
+        metavar="DURATION",
+        help="how often to check the policy file for changes (0 disables; SIGHUP still reloads)",
+    )
+
+
+def add_metrics_endpoint(
+    p: argparse.ArgumentParser | Any, *, port_default: int, endpoints: str, once: bool
+) -> None:
+    """``--metrics-port`` and ``--metrics-address`` of the endpoint serving ``endpoints`` (the health checks
+    and /metrics, and what else the program serves); ``once``: the program has a ``--once`` that serves
+    nothing."""
+    after = "; not served with --once" if once else ""
+    p.add_argument(
+        "--metrics-port",
+        type=port,
+        default=port_default,
+        metavar="PORT",
+        help=f"port of {endpoints} (0 disables it{after})",
+    )
+    p.add_argument(
+        "--metrics-address", default="0.0.0.0", metavar="ADDR", help="address the endpoint listens on"
+    )
+
+
+def add_serving(
+    p: argparse.ArgumentParser, *, port_default: int, endpoints: str, relists: str
+) -> argparse._ArgumentGroup:
+    """The "serving and API" group of an elected program that serves an endpoint, runs ``--once`` too, and
+    watches the API server: the endpoint (``add_metrics_endpoint``), ``--api-timeout``,
+    ``--watch-stall-timeout`` and ``--resync`` (what it ``relists``). Returned, for the program's own
+    flags."""
+    srv = p.add_argument_group("serving and API")
+    add_metrics_endpoint(srv, port_default=port_default, endpoints=endpoints, once=True)
+    srv.add_argument(
+        "--api-timeout",
+        type=duration,
+        default="10s",
+        metavar="DURATION",
+        help="timeout of one Kubernetes API call",
+    )
+    add_watch_stall(srv)
+    srv.add_argument(
+        "--resync",
+        type=duration,
+        default="5m",
+        metavar="DURATION",
+        help=f"relist {relists} this often even when the watches are healthy",
+    )
+    return srv
+
+
 def duration_or_off(text: str) -> float:
     """A Go duration (``2s``, ``1m``, ``1h30m``) in seconds; zero (in any unit) means off."""
     try:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from common.cli import duration
-from common.kube import ApiError, Kube, path_for
+from common.kube import ApiError, Kube, connect, path_for
 
 __all__ = ["DEFAULT_NAMESPACE", "LeaderElector", "default_identity", "lease_namespace", "micro_time"]
 
@@ -414,6 +414,23 @@ def leader_flags_problem(args: argparse.Namespace) -> str | None:
         f"leader election needs --lease-duration > --renew-deadline > {JITTER} x --retry-period "
         f"(got {args.lease_duration:g}s, {args.renew_deadline:g}s, {args.retry_period:g}s)"
     )
+
+
+class LeaderFlagsError(ValueError):
+    """The flags of ``add_leader_flags`` cannot make an elector (``leader_flags_problem`` says why)."""
+
+
+def connect_elected(args: argparse.Namespace, program: str) -> tuple[str, Kube]:
+    """``(identity, client)`` of a program elected by a Lease, set up one way: the leader flags checked, the
+    identity from ``--identity`` (else the host's, ``default_identity``), and the client of ``connect``
+    (``--kubeconfig``, ``--api-timeout``) named ``program (identity)`` in the User-Agent, so API audit logs
+    (and tests) tell the replicas apart. ``program`` is e.g. ``ballast-rebalancer/0.1.0``. Raises
+    ``LeaderFlagsError`` or ``common.kube.KubeConfigError``, both configuration problems (exit status 2)."""
+    problem = leader_flags_problem(args)
+    if problem is not None:
+        raise LeaderFlagsError(problem)
+    identity = args.identity or default_identity()
+    return identity, connect(args.kubeconfig, f"{program} ({identity})", args.api_timeout)
 
 
 def elector_from_args(

@@ -206,3 +206,33 @@ def test_the_deprecated_quiet_access_flag_starts_the_extender_with_a_warning() -
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _flags(command: str, group: str | None = None) -> dict[str, argparse.Action]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = sub.choices[command]
+    groups = [g for g in parser._action_groups if group is None or g.title == group]
+    return {a.option_strings[0]: a for g in groups for a in g._group_actions if a.option_strings}
+
+
+def test_the_elected_programs_share_one_serving_group_and_the_shared_flags() -> None:
+    """The annotator and the rebalancer declare their serving and API flags in one place
+    (``common.cli.add_serving``), and the kubeconfig and policy-poll flags with the agent's and each other's:
+    the same flags, types, defaults and help, apart from the port, what the endpoint serves and what is
+    relisted."""
+    annotator = _flags("annotator", "serving and API")
+    rebalancer = _flags("rebalancer", "serving and API")
+    shared = ["--metrics-port", "--metrics-address", "--api-timeout", "--watch-stall-timeout", "--resync"]
+    assert list(rebalancer) == shared
+    assert list(annotator) == [*shared, "--patch-concurrency"]
+    for flag in ("--metrics-address", "--api-timeout", "--watch-stall-timeout"):
+        a, r = annotator[flag], rebalancer[flag]
+        assert (a.type, a.default, a.help) == (r.type, r.default, r.help), flag
+    assert (annotator["--metrics-port"].default, rebalancer["--metrics-port"].default) == (8090, 8092)
+    everywhere = {name: _flags(name) for name in ("annotator", "rebalancer", "agent")}
+    kubeconfig = {f["--kubeconfig"].help for f in everywhere.values()}
+    assert len(kubeconfig) == 1
+    poll = {
+        (f["--policy-poll"].type, f["--policy-poll"].default) for n, f in everywhere.items() if n != "agent"
+    }
+    assert len(poll) == 1

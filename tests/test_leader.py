@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from argparse import Namespace
+from pathlib import Path
 
 import pytest
 
-from common.kube import Kube
-from common.leader import LeaderElector, leader_flags_problem, micro_time
+from common.kube import Kube, KubeConfigError
+from common.leader import LeaderElector, LeaderFlagsError, connect_elected, leader_flags_problem, micro_time
 from tests.fakekube import FakeKube
 
 NS = "ballast-system"
@@ -180,6 +181,32 @@ def test_leader_flags_problem_is_the_electors_own_rule() -> None:
     assert "(got 5s, 10s, 2s)" in (leader_flags_problem(flags(5, 10, 2)) or "")
     assert leader_flags_problem(flags(15, 2.4, 2)) is not None  # 2.4 is not > 1.2 x 2
     assert leader_flags_problem(flags(15, 2.41, 2)) is None
+
+
+def test_connect_elected_checks_the_flags_and_names_the_replica(
+    fake_kube: FakeKube, kubeconfig: Path
+) -> None:
+    """The start of every elected program (annotator, rebalancer): bad leader flags and a kubeconfig that
+    does not load are configuration errors; the client names the program and the replica on every call."""
+
+    def flags(kubeconfig: str, identity: str | None, lease: float = 15) -> Namespace:
+        return Namespace(lease_duration=lease, renew_deadline=10, retry_period=2, identity=identity,
+                         kubeconfig=kubeconfig, api_timeout=5.0)  # fmt: skip
+
+    with pytest.raises(LeaderFlagsError, match=r"\(got 5s, 10s, 2s\)"):
+        connect_elected(flags(str(kubeconfig), "r-7", lease=5), "ballast-test/1.0")
+    with pytest.raises(KubeConfigError):
+        connect_elected(flags(str(kubeconfig.parent / "missing"), "r-7"), "ballast-test/1.0")
+    identity, kube = connect_elected(flags(str(kubeconfig), "r-7"), "ballast-test/1.0")
+    try:
+        kube.get("/api/v1/nodes")
+    finally:
+        kube.close()
+    assert identity == "r-7"
+    assert {r.headers.get("User-Agent") for r in fake_kube.requests} == {"ballast-test/1.0 (r-7)"}
+    identity, kube = connect_elected(flags(str(kubeconfig), None), "ballast-test/1.0")
+    kube.close()
+    assert identity and identity != "r-7"  # the host's, with a random suffix
 
 
 def test_confirm_reads_the_lease_back_and_a_stolen_lease_stops_at_once(

@@ -12,11 +12,11 @@ import argparse
 from common.cli import (
     HelpFormatter,
     add_common,
-    add_watch_stall,
+    add_kubeconfig,
+    add_policy_poll,
+    add_serving,
     duration,
-    duration_or_off,
     non_negative_int,
-    port,
     positive_int,
 )
 from common.leader import add_leader_flags
@@ -55,13 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "periods, hotValue the binding windows; re-read when the file changes or on SIGHUP (a file that "
         "does not load is refused and the running policy kept)",
     )
-    p.add_argument(
-        "--policy-poll",
-        type=duration_or_off,
-        default="2s",
-        metavar="DURATION",
-        help="how often to check the policy file for changes (0 disables; SIGHUP still reloads)",
-    )
+    add_policy_poll(p)
     p.add_argument(
         "--prometheus-url",
         required=True,
@@ -69,11 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="base URL of the Prometheus HTTP API, with any path prefix (http://prometheus:9090, "
         "https://thanos.example/prom)",
     )
-    p.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig for the API server; without it KUBECONFIG, else the in-cluster service account",
-    )
+    add_kubeconfig(p)
     p.add_argument(
         "--node-selector",
         default="",
@@ -181,16 +171,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     add_leader_flags(p, "ballast-annotator", "writes", "writing")
 
-    srv = p.add_argument_group("serving and API")
-    srv.add_argument(
-        "--metrics-port",
-        type=port,
-        default=8090,
-        metavar="PORT",
-        help="port of /healthz, /readyz and /metrics (0 disables it; not served with --once)",
-    )
-    srv.add_argument(
-        "--metrics-address", default="0.0.0.0", metavar="ADDR", help="address the endpoint listens on"
+    srv = add_serving(
+        p,
+        port_default=8090,
+        endpoints="/healthz, /readyz and /metrics",
+        relists="nodes and the binding source (bound pods, Scheduled events: --binding-source)",
     )
     srv.add_argument(
         "--patch-concurrency",
@@ -198,22 +183,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=8,
         metavar="N",
         help="node patches in flight at once",
-    )
-    srv.add_argument(
-        "--api-timeout",
-        type=duration,
-        default="10s",
-        metavar="DURATION",
-        help="timeout of one Kubernetes API call",
-    )
-    add_watch_stall(srv)
-    srv.add_argument(
-        "--resync",
-        type=duration,
-        default="5m",
-        metavar="DURATION",
-        help="relist nodes and the binding source (bound pods, Scheduled events: --binding-source) this "
-        "often even when the watches are healthy",
     )
 
     add_common(p)

@@ -40,12 +40,12 @@ from app.model.annotations import HOT_VALUE_KEY
 from app.model.policy import Policy, PolicyError, load_policy
 from app.model.policy_store import PolicyStore
 from common.health import HealthServer
-from common.kube import Kube, KubeConfigError, Reflector, connect
+from common.kube import Kube, KubeConfigError, Reflector
 from common.leader import (
     DEFAULT_NAMESPACE,
-    default_identity,
+    LeaderFlagsError,
+    connect_elected,
     elector_from_args,
-    leader_flags_problem,
     lease_namespace,
 )
 
@@ -110,15 +110,9 @@ def run(args: argparse.Namespace, *, stop: threading.Event | None = None) -> int
         for problem in problems:
             log.error("%s", problem)
         return 2
-    problem = leader_flags_problem(args)
-    if problem is not None:
-        log.error("%s", problem)
-        return 2
-    identity = args.identity or default_identity()
     try:
-        # The identity in the User-Agent lets API audit logs (and tests) tell the replicas apart.
-        kube = connect(args.kubeconfig, f"ballast-annotator/{__version__} ({identity})", args.api_timeout)
-    except KubeConfigError as exc:
+        identity, kube = connect_elected(args, f"ballast-annotator/{__version__}")
+    except (LeaderFlagsError, KubeConfigError) as exc:
         log.error("%s", exc)
         return 2
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from common.cli import HelpFormatter, add_common, add_watch_stall, duration, duration_or_off, port
+from common.cli import HelpFormatter, add_common, add_kubeconfig, add_policy_poll, add_serving, duration
 from common.leader import add_leader_flags
 
 __all__ = ["register", "run_rebalancer"]
@@ -33,18 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="DynamicSchedulerPolicy YAML with spec.rebalance (without it the rebalancer idles); re-read "
         "when the file changes or on SIGHUP (a file that does not load is refused, the running one kept)",
     )
-    p.add_argument(
-        "--policy-poll",
-        type=duration_or_off,
-        default="2s",
-        metavar="DURATION",
-        help="how often to check the policy file for changes (0 disables; SIGHUP still reloads)",
-    )
-    p.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig for the API server; without it KUBECONFIG, else the in-cluster service account",
-    )
+    add_policy_poll(p)
+    add_kubeconfig(p)
     p.add_argument("--interval", type=duration, default="1m", metavar="DURATION", help="time between cycles")
     p.add_argument(
         "--dry-run",
@@ -79,26 +69,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     add_leader_flags(p, "ballast-rebalancer", "evicts", "evicting")
 
-    srv = p.add_argument_group("serving and API")
-    srv.add_argument(
-        "--metrics-port",
-        type=port,
-        default=8092,
-        metavar="PORT",
-        help="port of /healthz, /readyz, /metrics and /rebalance (0 disables it; not served with --once)",
+    add_serving(
+        p,
+        port_default=8092,
+        endpoints="/healthz, /readyz, /metrics and /rebalance",
+        relists="nodes and pods",
     )
-    srv.add_argument(
-        "--metrics-address", default="0.0.0.0", metavar="ADDR", help="address the endpoint listens on"
-    )
-    srv.add_argument(
-        "--api-timeout", type=duration, default="10s", metavar="DURATION",
-        help="timeout of one Kubernetes API call",
-    )  # fmt: skip
-    add_watch_stall(srv)
-    srv.add_argument(
-        "--resync", type=duration, default="5m", metavar="DURATION",
-        help="relist nodes and pods this often even when the watches are healthy",
-    )  # fmt: skip
 
     add_common(p)
     p.set_defaults(func=run_rebalancer)

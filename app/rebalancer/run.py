@@ -57,8 +57,8 @@ from app.rebalancer.policy_check import policy_warnings
 from app.rebalancer.promises import SETTLE, Promise, from_events
 from common.durations import format_duration
 from common.health import HealthServer
-from common.kube import ApiError, Kube, KubeConfigError, Reflector, connect
-from common.leader import default_identity, elector_from_args, leader_flags_problem
+from common.kube import ApiError, Kube, KubeConfigError, Reflector
+from common.leader import LeaderFlagsError, connect_elected, elector_from_args
 from common.nodeload import NODELOAD_PATH
 
 __all__ = ["Rebalancer", "run"]
@@ -343,17 +343,12 @@ def run(args: argparse.Namespace, *, stop: threading.Event | None = None, out: T
         return 2
     if settings is None:
         log.warning("%s (%s)", IDLE, args.policy)
-    problem = leader_flags_problem(args)
-    if problem is not None:
-        log.error("%s", problem)
-        return 2
     if args.json and not args.once:
         log.error("--json prints the cycle of --once; the running service shows it on /rebalance")
         return 2
-    identity = args.identity or default_identity()
     try:
-        kube = connect(args.kubeconfig, f"ballast-rebalancer/{__version__} ({identity})", args.api_timeout)
-    except KubeConfigError as exc:
+        identity, kube = connect_elected(args, f"ballast-rebalancer/{__version__}")
+    except (LeaderFlagsError, KubeConfigError) as exc:
         log.error("%s", exc)
         return 2
     try:

@@ -16,7 +16,17 @@ from app import __version__
 from app.model.policy import parse_policy
 from app.model.rebalance_policy import rebalance_settings
 from ballast import cli
-from tests.chart import CHART, CHART_ONLY, HELM_LABELS, comparable, key, require_helm, template
+from tests.chart import (
+    CHART,
+    CHART_ONLY,
+    HELM_LABELS,
+    RELEASE,
+    comparable,
+    key,
+    require_helm,
+    template,
+    write_values,
+)
 from tests.cluster.helm import run_helm
 from tests.test_deploy import render, with_prometheus
 
@@ -322,3 +332,20 @@ def test_the_annotators_admission_policy_allows_the_policys_metrics(home: Path) 
     vap = obj(docs, "ValidatingAdmissionPolicy", "ballast-annotator-writes-only-its-annotations")
     (allowed,) = [v["expression"] for v in vap["spec"]["variables"] if v["name"] == "allowed"]
     assert yaml.safe_load(allowed) == ["cpu_usage_avg_5m", "node_hot_value", "ballast.io/load-source"]
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"agent": {"reportload": False}}, "'reportload' not allowed"),  # a typo of reportLoad
+        ({"rebalancer": {"dryRun": "false"}}, "/rebalancer/dryRun"),  # a string, which templates read as true
+        ({"annotator": {"bindingSource": "event"}}, "/annotator/bindingSource"),
+        ({"scheduler": {"replicas": 0}}, "/scheduler/replicas"),
+    ],
+)
+def test_the_values_schema_refuses_typos_and_wrong_types(
+    home: Path, values: dict[str, Any], where: str
+) -> None:
+    """values.schema.json: a value Helm would otherwise ignore or misread stops the install with its path."""
+    done = run_helm(home, "template", RELEASE, str(CHART), *write_values(home, values), check=False)
+    assert done.returncode != 0 and where in done.stderr, done.stderr

@@ -6,6 +6,7 @@ against the real kube-apiserver: ``tests/cluster/test_helm_install.py``."""
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from ballast import cli
 from tests.chart import (
     CHART,
     CHART_ONLY,
+    HELM_FLAGS,
     HELM_LABELS,
     RELEASE,
     comparable,
@@ -349,3 +351,11 @@ def test_the_values_schema_refuses_typos_and_wrong_types(
     """values.schema.json: a value Helm would otherwise ignore or misread stops the install with its path."""
     done = run_helm(home, "template", RELEASE, str(CHART), *write_values(home, values), check=False)
     assert done.returncode != 0 and where in done.stderr, done.stderr
+
+
+def test_the_helm_flags_the_guide_names_are_helms(home: Path) -> None:
+    """tests/test_deploy.py lets the operator's guide name these; here the real helm has each of them."""
+    flags = set()
+    for command in ("install", "upgrade"):
+        flags |= set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", run_helm(home, command, "--help").stdout))
+    assert flags >= HELM_FLAGS, sorted(HELM_FLAGS - flags)

@@ -36,6 +36,10 @@ CHART_ONLY = {
 (scheduler_config/crd-*.yaml) and the seal key's Secret."""
 
 
+HELM_FLAGS = {"--namespace", "--create-namespace", "--reuse-values", "--take-ownership"}
+"""Helm's flags that the operator's guide names (``tests/test_helm.py`` checks each against the real helm)."""
+
+
 def require_helm() -> Path:
     """The helm binary; skip with how to get it (fail under ``CI=true``) when it is missing."""
     try:

@@ -28,6 +28,7 @@ from app import __version__
 from app.extender.main import create_app
 from app.model.policy import load_policy
 from ballast import cli
+from tests.chart import HELM_FLAGS
 from tests.cluster.controlplane import KUBE_VERSION, MissingPiece, kubectl_path
 from tests.conftest import missing_part, under_ci
 from tests.deploy_rbac import (
@@ -1086,9 +1087,11 @@ def test_every_ballast_flag_in_the_operator_guide_exists() -> None:
             assert flag in _flags(m.group(1)) | {"--help"}, f"`ballast {m.group(1)} {flag}` does not exist"
     assert found >= 8, "the guide's ballast command lines were not found"
     for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", text):
-        known = _flags("extender") | _flags("annotator") | _flags("rebalancer") | _flags("agent") | KUBE_FLAGS
+        known = (
+            _flags("extender") | _flags("annotator") | _flags("rebalancer") | _flags("agent") | KUBE_FLAGS
+        ) | HELM_FLAGS
         assert flag in known, (
-            f"{flag} is not a flag of ballast, kubectl, kube-scheduler or kube-apiserver that the guide uses"
+            f"{flag} is not a flag of ballast, kubectl, kube-scheduler, kube-apiserver or helm the guide uses"
         )
 
 

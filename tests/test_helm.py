@@ -6,6 +6,7 @@ against the real kube-apiserver: ``tests/cluster/test_helm_install.py``."""
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,18 @@ from app import __version__
 from app.model.policy import parse_policy
 from app.model.rebalance_policy import rebalance_settings
 from ballast import cli
-from tests.chart import CHART, CHART_ONLY, HELM_LABELS, comparable, key, require_helm, template
+from tests.chart import (
+    CHART,
+    CHART_ONLY,
+    HELM_FLAGS,
+    HELM_LABELS,
+    RELEASE,
+    comparable,
+    key,
+    require_helm,
+    template,
+    write_values,
+)
 from tests.cluster.helm import run_helm
 from tests.test_deploy import render, with_prometheus
 
@@ -261,3 +273,89 @@ def test_each_component_can_be_left_out(home: Path, component: str) -> None:
     ), sorted(gone)
     assert ("ServiceAccount", "ballast-system", f"ballast-{component}") in gone
     assert all(comparable(docs[k]) == comparable(default[k]) for k in docs if k[0] != "Secret")
+
+
+# ------------------------------------------------------------------------------- the optional grants
+
+OPTIONAL = CHART.parents[1] / "scheduler_config" / "deploy" / "optional"
+
+
+@pytest.mark.parametrize(
+    ("values", "file"),
+    [
+        ({"agent": {"publishCommunityNRT": True}}, "agent-community-nrt-rbac.yaml"),
+        ({"agent": {"kubeletConfigz": True}}, "agent-kubelet-configz-rbac.yaml"),
+        ({"annotator": {"enabled": True, "bindingSource": "events"}}, "annotator-events-rbac.yaml"),
+        ({"annotator": {"enabled": True, "bindingSource": "both"}}, "annotator-events-rbac.yaml"),
+        ({"annotator": {"enabled": True, "admissionPolicy": True}}, "annotator-admission-policy.yaml"),
+    ],
+)
+def test_each_optional_grant_is_a_switch_rendering_the_optional_file(
+    home: Path, values: dict[str, Any], file: str
+) -> None:
+    """What a kustomize user applies from scheduler_config/deploy/optional/ by hand is one value here: the
+    same objects, and the flag that needs them; every container's command line is one Ballast accepts."""
+    docs = template(home, values)
+    base = by_key(template(home, {"annotator": {"enabled": True}} if "annotator" in values else None))
+    added = {k: d for k, d in by_key(docs).items() if k not in base}
+    expected = by_key(list(yaml.safe_load_all((OPTIONAL / file).read_text())))
+    assert set(added) == set(expected)
+    for k in expected:
+        assert comparable(added[k]) == comparable(expected[k]), k
+    for kind, name, c in (
+        ("DaemonSet", "ballast-agent", "agent"),
+        ("Deployment", "ballast-annotator", "annotator"),
+    ):
+        if any(d["kind"] == kind and d["metadata"]["name"] == name for d in docs):
+            cli.build_parser().parse_args(container(docs, kind, name, c)["args"])
+
+
+def test_the_switches_set_their_flags(home: Path) -> None:
+    docs = template(home, {
+        "agent": {"publishCommunityNRT": True, "kubeletConfigz": True},
+        "annotator": {"enabled": True, "bindingSource": "both"},
+    })  # fmt: skip
+    agent = container(docs, "DaemonSet", "ballast-agent", "agent")
+    args = cli.build_parser().parse_args(agent["args"])
+    assert args.publish == {"crane", "community"}
+    assert args.kubelet_configz
+    assert "kubelet-config" not in {m["name"] for m in agent["volumeMounts"]}
+    assert "kubelet-config" not in {
+        v["name"] for v in pod_spec(docs, "DaemonSet", "ballast-agent")["volumes"]
+    }
+    annotator = container(docs, "Deployment", "ballast-annotator", "annotator")
+    assert cli.build_parser().parse_args(annotator["args"]).binding_source == "both"
+
+
+def test_the_annotators_admission_policy_allows_the_policys_metrics(home: Path) -> None:
+    """The keys the annotator may write are the policy's syncPolicy names (what it writes), not a list to
+    keep in step by hand."""
+    docs = template(home, {"annotator": {"enabled": True, "admissionPolicy": True}, "policy": POLICY})
+    vap = obj(docs, "ValidatingAdmissionPolicy", "ballast-annotator-writes-only-its-annotations")
+    (allowed,) = [v["expression"] for v in vap["spec"]["variables"] if v["name"] == "allowed"]
+    assert yaml.safe_load(allowed) == ["cpu_usage_avg_5m", "node_hot_value", "ballast.io/load-source"]
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"agent": {"reportload": False}}, "'reportload' not allowed"),  # a typo of reportLoad
+        ({"rebalancer": {"dryRun": "false"}}, "/rebalancer/dryRun"),  # a string, which templates read as true
+        ({"annotator": {"bindingSource": "event"}}, "/annotator/bindingSource"),
+        ({"scheduler": {"replicas": 0}}, "/scheduler/replicas"),
+    ],
+)
+def test_the_values_schema_refuses_typos_and_wrong_types(
+    home: Path, values: dict[str, Any], where: str
+) -> None:
+    """values.schema.json: a value Helm would otherwise ignore or misread stops the install with its path."""
+    done = run_helm(home, "template", RELEASE, str(CHART), *write_values(home, values), check=False)
+    assert done.returncode != 0 and where in done.stderr, done.stderr
+
+
+def test_the_helm_flags_the_guide_names_are_helms(home: Path) -> None:
+    """tests/test_deploy.py lets the operator's guide name these; here the real helm has each of them."""
+    flags = set()
+    for command in ("install", "upgrade"):
+        flags |= set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", run_helm(home, command, "--help").stdout))
+    assert flags >= HELM_FLAGS, sorted(HELM_FLAGS - flags)

@@ -61,29 +61,42 @@ class MissingPiece(RuntimeError):
 # --- binaries ----------------------------------------------------------------------------------------------
 
 
-def cache_dir() -> Path:
-    explicit = os.environ.get("BALLAST_KUBE_CACHE")
+def cache_folder(variable: str, name: str) -> Path:
+    """Where unpacked binaries go: ``$variable``, else ``$XDG_CACHE_HOME/ballast/NAME`` (``~/.cache``)."""
+    explicit = os.environ.get(variable)
     if explicit:
         return Path(explicit)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "ballast" / f"kube-{KUBE_VERSION}"
+    return base / "ballast" / name
+
+
+def source_folder(variable: str, shared: Path, missing: str) -> Path:
+    """The folder binaries come from: ``$variable`` if set (it must be a folder), else ``shared`` beside the
+    clone; ``missing`` says how to get them when neither is there."""
+    explicit = os.environ.get(variable)
+    if explicit:
+        path = Path(explicit)
+        if not path.is_dir():
+            raise MissingPiece(f"{variable}={explicit} is not a folder")
+        return path
+    if not shared.is_dir():
+        raise MissingPiece(missing)
+    return shared
+
+
+def cache_dir() -> Path:
+    return cache_folder("BALLAST_KUBE_CACHE", f"kube-{KUBE_VERSION}")
 
 
 def source_dir() -> Path:
     """The folder the binaries come from: ``$BALLAST_KUBE_BIN`` if set, else ``../shared/k8s``."""
-    explicit = os.environ.get("BALLAST_KUBE_BIN")
-    if explicit:
-        path = Path(explicit)
-        if not path.is_dir():
-            raise MissingPiece(f"BALLAST_KUBE_BIN={explicit} is not a folder")
-        return path
-    if not SHARED_K8S.is_dir():
-        raise MissingPiece(
-            f"no Kubernetes binaries: set BALLAST_KUBE_BIN to a folder with {', '.join(BINARIES)} "
-            f"({KUBE_VERSION}), or place their .xz files and SHA256SUMS in ../shared/k8s beside the clone "
-            f"(nor are they unpacked already in {cache_dir()})"
-        )
-    return SHARED_K8S
+    return source_folder(
+        "BALLAST_KUBE_BIN",
+        SHARED_K8S,
+        f"no Kubernetes binaries: set BALLAST_KUBE_BIN to a folder with {', '.join(BINARIES)} "
+        f"({KUBE_VERSION}), or place their .xz files and SHA256SUMS in ../shared/k8s beside the clone "
+        f"(nor are they unpacked already in {cache_dir()})",
+    )
 
 
 def _all_there(folder: Path) -> bool:

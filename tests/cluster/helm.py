@@ -1,9 +1,7 @@
 """Where the tests' Helm comes from, and how to run it without touching the user's Helm set-up.
 
-Standard library only at the top, like :mod:`tests.cluster.controlplane`, so ``.ci/run`` can check it with the
-system Python (``python3 -m tests.cluster.controlplane check`` checks Helm too)::
-
-    python3 -m tests.cluster.helm unpack      # prints the path of the helm binary
+Standard library only, like :mod:`tests.cluster.controlplane`, so ``.ci/run`` can check it with the system
+Python: ``python3 -m tests.cluster.controlplane check`` unpacks and checks Helm too.
 
 First match wins:
 - ``$BALLAST_HELM_BIN``: a folder with a plain ``helm`` (used in place), or with ``helm.xz`` and a
@@ -15,13 +13,18 @@ Unpacked, it goes to ``$BALLAST_HELM_CACHE``, else ``$XDG_CACHE_HOME/ballast/hel
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.cluster.controlplane import MissingPiece, _read_sums, _sha256, _unpack_one
+from tests.cluster.controlplane import (
+    MissingPiece,
+    _read_sums,
+    _sha256,
+    _unpack_one,
+    cache_folder,
+    source_folder,
+)
 
 HELM_VERSION = "v4.1.4"
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,11 +37,7 @@ HOW_TO_GET = (
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("BALLAST_HELM_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "ballast" / f"helm-{HELM_VERSION}"
+    return cache_folder("BALLAST_HELM_CACHE", f"helm-{HELM_VERSION}")
 
 
 def _runnable(path: Path) -> bool:
@@ -47,15 +46,11 @@ def _runnable(path: Path) -> bool:
 
 def source_dir() -> Path:
     """The folder Helm comes from: ``$BALLAST_HELM_BIN`` if set, else ``../shared/helm``."""
-    explicit = os.environ.get("BALLAST_HELM_BIN")
-    if explicit:
-        path = Path(explicit)
-        if not path.is_dir():
-            raise MissingPiece(f"BALLAST_HELM_BIN={explicit} is not a folder")
-        return path
-    if not SHARED_HELM.is_dir():
-        raise MissingPiece(f"no helm: {HOW_TO_GET} (nor is it unpacked already in {cache_dir()})")
-    return SHARED_HELM
+    return source_folder(
+        "BALLAST_HELM_BIN",
+        SHARED_HELM,
+        f"no helm: {HOW_TO_GET} (nor is it unpacked already in {cache_dir()})",
+    )
 
 
 def helm_path() -> Path:
@@ -111,20 +106,3 @@ def run_helm(
     if check and done.returncode != 0:
         raise RuntimeError(f"helm {' '.join(args)} failed ({done.returncode}): {done.stderr or done.stdout}")
     return done
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.cluster.helm", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("unpack", help="unpack and verify helm; print its path")
-    parser.parse_args(argv)
-    try:
-        print(helm_path())
-    except MissingPiece as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -179,7 +179,8 @@ def test_helm_installs_upgrades_and_uninstalls(helm_cluster: tuple[ControlPlane,
         "policy": policy,
         "image": {"tag": "0.1.1"},
         "rebalancer": {"dryRun": False, "extraArgs": ["--interval", "2m"]},
-        "agent": {"extraArgs": ["--resync", "30s"]},
+        "agent": {"extraArgs": ["--resync", "30s"], "publishCommunityNRT": True, "kubeletConfigz": True},
+        "annotator": {"enabled": True, "admissionPolicy": True, "bindingSource": "both"},
     }
     run_helm(home, "upgrade", RELEASE, str(CHART), *target, *write_values(home, values))
     text = _get(cluster, "configmap", "ballast-policy")["data"]["policy.yaml"]
@@ -189,7 +190,15 @@ def test_helm_installs_upgrades_and_uninstalls(helm_cluster: tuple[ControlPlane,
     assert rebalancer["args"] == ["rebalancer", "--policy", "/etc/ballast/policy.yaml", "--interval", "2m"]
     assert rebalancer["image"] == "ballast:0.1.1"
     agent = _container(cluster, "daemonset", "ballast-agent", "agent")
-    assert agent["args"][-3:] == ["--report-load", "--resync", "30s"]
+    assert "--report-load" not in agent["args"]  # the annotator is the load source now
+    assert agent["args"][-5:] == ["--publish", "crane,community", "--kubelet-configz", "--resync", "30s"]
+    annotator = _container(cluster, "deployment", "ballast-annotator", "annotator")
+    assert annotator["args"][-2:] == ["--binding-source", "both"]
+    for kind, name in (("validatingadmissionpolicy", "ballast-annotator-writes-only-its-annotations"),
+                       ("clusterrole", "ballast-annotator-events"),
+                       ("clusterrole", "ballast-agent-community-nrt"),
+                       ("clusterrole", "ballast-agent-kubelet-configz")):  # fmt: skip
+        assert cluster.kubectl("get", kind, name, "-o", "name").strip(), f"{kind} {name} not admitted"
     assert _seal_key(cluster) == key_before
     # back to the defaults (without values Helm would reuse the last ones): still the same key
     run_helm(home, "upgrade", RELEASE, str(CHART), *target, "--reset-values")

@@ -36,8 +36,11 @@ def test_missing_parts_are_named_and_the_other_benches_run(
     ]
     out = capsys.readouterr().out
     assert "prometheus and promtool not on PATH" in out
-    assert out.count("BALLAST_KUBE_BIN=") == 2  # cluster_bench and burst_bench each say why
-    assert "7 of 10 benches ran; not run: annotator_bench, cluster_bench, burst_bench" in out
+    assert out.count("BALLAST_KUBE_BIN=") == 3  # cluster_bench, burst_bench and mixed_cluster_bench say why
+    assert (
+        "7 of 11 benches ran; not run: annotator_bench, cluster_bench, burst_bench, mixed_cluster_bench"
+        in out
+    )
     assert "Traceback" not in out
 
 

@@ -3,9 +3,13 @@
 Two scorings (``spec.scoring``). The default, ``relative``, ranks the candidates of one prioritize call:
 
     load(node) = sum((u + extra) * w) / sum(w) + hot / 10       over fresh priority metrics
-    after(node) = load(node) + this pod's estimate, in the same weighted units (``pod_slope``)
+    after(node) = load(node) + this pod's estimate, in the same weighted units (``project``, ``after``)
     score = 10                                              for the least ``after`` (and loads equal to it)
     score = round_half_up(7 * (worst - after) / (worst - best))   for the other candidates with information
+
+(with ``spec.dominantResourceWeight`` D > 0 the node's dominant resource, of cpu and memory the one whose
+own weighted load is higher with this pod's estimate, joins the mean as one more term:
+``load = (sum((u + extra) * w) + D * max_r load_r) / (sum(w) + D) + hot / 10``, koordinator's rule),
 so the least loaded candidate after the pod scores 10, alone unless tied, every other candidate at most 7
 (``RUNNER_UP``: three levels below, enough that kube-scheduler's own request-based plugin scores do not
 overturn the choice in a burst), the most loaded 0, and equal loads score equally. The levels separate the
@@ -32,7 +36,6 @@ after that metric was last measured; they are added to the measured value (see `
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -335,13 +338,6 @@ def after(
         cpu_load, cpu_k, mem_load, mem_k = dominant
         out += max(cpu_load + cpu_milli * cpu_k, mem_load + memory_bytes * mem_k)
     return out
-
-
-def pod_slope(load: NodeLoad, policy: Policy, now: float) -> tuple[float, float]:
-    """How much ``projected_load`` grows per millicore and per byte placed on this node, without the
-    dominant term (``project`` has both)."""
-    _, per_milli, per_byte = project(load, dataclasses.replace(policy, dominant_resource_weight=0.0), now)[0]
-    return per_milli, per_byte
 
 
 _TIE = 1e-9

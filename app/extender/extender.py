@@ -22,7 +22,7 @@ from app.extender.wire import ExtenderArgs, filter_result, require_pod
 from app.model.bad_request import BadRequest
 from app.model.estimation import Estimate, estimate_usage
 from app.model.ledger import Ledger
-from app.model.load import Rejection, after, check_node, projected_load, relative_scores, score_node
+from app.model.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.model.nodestate import NodeLoad, parse_node
 from app.model.podinfo import PodInfo, pod_info, read_pod
 from app.model.policy import Policy
@@ -129,10 +129,7 @@ class Extender:
         if self.board is None:
             return None
         self.board.refresh(self.clock())
-        entry = self.board.projection.get(node)
-        if entry is None:
-            return None
-        return after(entry, self.board.dominant.get(node), cpu_milli, memory_bytes)
+        return self.board.after(node, cpu_milli, memory_bytes)
 
     def _new_board(self, lookup: Callable[[str], NodeLoad | None], deferrable: bool = False) -> VerdictBoard:
         """A verdict board over ``lookup``'s nodes that follows the ledger's estimates; a ``deferrable``

@@ -21,7 +21,7 @@ from app.model.nodestate import NodeLoad, parse_node
 from app.model.podinfo import PodInfo
 from app.model.policy import load_policy
 from app.model.policy_store import PolicyStore
-from app.model.verdicts import UNSURE, VerdictBoard, derive, judge, load_after
+from app.model.verdicts import UNSURE, VerdictBoard, derive, judge
 from tests.conftest import POLICY_FILE
 from tests.node_source import StaticSource
 from tests.oracle import Oracle
@@ -85,12 +85,13 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
         assert (fast.reason if fast else None) == (exact.reason if exact else None)
     assert d.score == score_node(load, POLICY, NOW, ledger.extra(load, NOW)).score
     # relative scoring: the board's standing load plus the pod's slope is the exact load after the pod
-    # (with the shipped policy's dominant-resource term: the board's part of it with the pod's added)
-    exact_after = projected_load(load, POLICY, NOW, ledger.extra(load, NOW, incoming))
-    fast_after = load_after(d.projection, d.ranked, incoming.cpu_milli, incoming.memory_bytes)
+    size = (incoming.cpu_milli, incoming.memory_bytes)
+    exact_after = projected_load(load, POLICY, NOW, ledger.extra(load, NOW), size)
+    base, per_cpu, per_byte = d.projection
     if exact_after is None:
-        assert fast_after is None
+        assert base is None
     else:
+        fast_after = base + incoming.cpu_milli * per_cpu + incoming.memory_bytes * per_byte
         assert fast_after == pytest.approx(exact_after, rel=1e-9, abs=1e-12)
     assert d.blocked == (check_node(load, POLICY, NOW, ledger.extra(load, NOW)) is not None)
 
@@ -266,7 +267,6 @@ def _standing(d) -> tuple:
         d.cpu_room,
         d.memory_room,
         d.projection,
-        d.ranked,
         d.until,
         d.units,
         checks(d.checks),
@@ -405,9 +405,8 @@ def test_a_verdict_that_stands_keeps_every_field_but_its_expiry() -> None:
 
 @given(specs=st.lists(node_st, min_size=2, max_size=8), sizes=st.permutations(range(12)))
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-def test_more_pod_sizes_than_the_board_keeps_loads_for_still_rank_as_the_definition(specs, sizes) -> None:
-    """The board keeps every node's load after a pod for a few pod estimates (``loads_for``); a burst of
-    more sizes than that, each size asked about again after the others, still ranks exactly as the
+def test_many_pod_sizes_rank_as_the_definition(specs, sizes) -> None:
+    """A burst of many pod sizes, each asked about again after the others, ranks exactly as the
     definition (the oracle), with holds moving the nodes in between."""
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     names = list(loads)
@@ -433,4 +432,3 @@ def test_more_pod_sizes_than_the_board_keeps_loads_for_still_rank_as_the_definit
             }
             expected = oracle.prioritize(pod, names)
             assert decoded(fast.prioritize(ExtenderArgs(pod, None, names), encoded=True)) == expected
-    assert len(fast.board.shapes) == (8 if fast.board.ranked else 0)

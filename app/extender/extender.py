@@ -129,7 +129,11 @@ class Extender:
         if self.board is None:
             return None
         self.board.refresh(self.clock())
-        return self.board.after(node, cpu_milli, memory_bytes)
+        entry = self.board.projection.get(node)
+        if entry is None or entry[0] is None:
+            return None
+        base, per_milli, per_byte = entry
+        return base + cpu_milli * per_milli + memory_bytes * per_byte
 
     def _new_board(self, lookup: Callable[[str], NodeLoad | None], deferrable: bool = False) -> VerdictBoard:
         """A verdict board over ``lookup``'s nodes that follows the ledger's estimates; a ``deferrable``
@@ -490,11 +494,7 @@ class Extender:
         exact = self._scored_exactly(pod, names, entries if lacking else ())
         if lacking:
             entries = [e if e is not None else _NO_PROJECTION for e in entries]
-        if board.ranked:
-            # spec.dominantResourceWeight: the board keeps every node's load after a pod of this estimate
-            # (``loads_for``); names it lacks are None here and scored exactly below
-            loads = list(map(board.loads_for(cpu, mem).get, names))
-        elif cpu or mem:
+        if cpu or mem:
             loads = [None if b is None else b + cpu * c + mem * m for b, c, m in entries]
         else:
             loads = list(map(_load_of, entries))
@@ -534,12 +534,7 @@ class Extender:
         load = lookup(name)
         if load is None:
             return None
-        extra = (
-            self.extra(load, now, incoming)
-            if incoming is not None
-            else self.extra(load, now, None, skip=pod.uid)
-        )
-        return projected_load(load, policy, now, extra)
+        return projected_load(load, policy, now, self.extra(load, now, None, skip=pod.uid), _size(incoming))
 
     def _exact_score(
         self, lookup: Callable[[str], NodeLoad | None], name: str, pod: PodInfo, policy: Policy, now: float

@@ -240,16 +240,6 @@ def dominant_of(loads: Mapping[str, float]) -> str | None:
     return max(loads, key=lambda r: (loads[r], r == "cpu")) if loads else None
 
 
-def _pod_share(resource: str, load: NodeLoad, pod: tuple[int, int]) -> float:
-    """What a pod of ``pod`` (millicores, bytes) adds to a metric of ``resource`` on this node: its amount
-    over allocatable (``app.model.estimation``); nothing where allocatable is unknown."""
-    if resource == "cpu" and pod[0] and load.allocatable_cpu_milli:
-        return pod[0] / load.allocatable_cpu_milli
-    if resource == "memory" and pod[1] and load.allocatable_memory_bytes:
-        return pod[1] / load.allocatable_memory_bytes
-    return 0.0
-
-
 NO_POD = (0, 0)
 
 
@@ -270,28 +260,7 @@ def projected_load(
     ranks by what it is already shortest of, as dominant resource fairness serves the least served
     first. Measured (``bench.mixed_burst``), that balances mixed nodes better than counting the pod in
     the term, as koordinator does."""
-    total = 0.0
-    weights = 0.0
-    samples = load.samples
-    for name, weight, valid, resource in priority_plan(load, policy):
-        sample = fresh(samples.get(name), valid, now)
-        if sample is None:
-            continue
-        add = extra.get(name, 0.0) if extra else 0.0
-        if pod is not NO_POD:
-            add += _pod_share(resource, load, pod)
-        total += (sample.value + add) * weight
-        weights += weight
-    if weights <= 0:
-        return None
-    dominant = policy.dominant_resource_weight
-    if dominant > 0 and (loads := resource_loads(load, policy, now, extra)):
-        total += dominant * max(loads.values())
-        weights += dominant
-    hot = 0.0
-    if (hot_sample := fresh(load.hot, HOT_VALUE_VALID_SECONDS, now)) is not None:
-        hot = hot_sample.value
-    return total / weights + hot * HOT_LOAD_PER_UNIT
+    return project(load, policy, now, extra, pod)[0]
 
 
 Projection = tuple[float | None, float, float]
@@ -299,32 +268,54 @@ Projection = tuple[float | None, float, float]
 ``cpu`` millicores and ``mem`` bytes is ``load + cpu * per_milli + mem * per_byte``."""
 
 
-def project(load: NodeLoad, policy: Policy, now: float, extra: Mapping[str, float] = _NO_EXTRA) -> Projection:
-    """``projected_load`` in the form the verdict board keeps per node, worked out on events: for a pod
-    of ``cpu`` millicores and ``mem`` bytes, ``projected_load(..., extra, pod=(cpu, mem))`` is
-    ``load + cpu * per_milli + mem * per_byte``. A pod's estimate adds ``amount / allocatable`` to every
-    metric of its resource; the dominant-resource term, on the standing loads, is a constant of the node."""
-    weights = cpu_w = mem_w = 0.0
+def project(
+    load: NodeLoad,
+    policy: Policy,
+    now: float,
+    extra: Mapping[str, float] = _NO_EXTRA,
+    pod: tuple[int, int] = NO_POD,
+) -> Projection:
+    """``projected_load`` and how much it grows per millicore and per byte of a further pod, from one pass
+    over the priority metrics: the form the verdict board keeps per node, worked out on events, so that
+    ``projected_load(..., extra, pod=(cpu, mem))`` is ``load + cpu * per_milli + mem * per_byte`` with
+    ``project(..., extra)``. A pod's estimate adds ``amount / allocatable`` to every metric of its
+    resource; the dominant-resource term, on the standing loads, is a constant of the node."""
+    total = weights = 0.0
+    cpu_total = cpu_w = mem_total = mem_w = 0.0
     samples = load.samples
     for name, weight, valid, resource in priority_plan(load, policy):
-        if fresh(samples.get(name), valid, now) is None:
+        sample = fresh(samples.get(name), valid, now)
+        if sample is None:
             continue
+        standing = (sample.value + extra.get(name, 0.0) if extra else sample.value) * weight
+        total += standing
         weights += weight
         if resource == "cpu":
+            cpu_total += standing
             cpu_w += weight
         elif resource == "memory":
+            mem_total += standing
             mem_w += weight
-    base = projected_load(load, policy, now, extra)
-    if base is None:
+    if weights <= 0:
         return None, 0.0, 0.0
-    dominant = policy.dominant_resource_weight
-    if dominant > 0 and resource_loads(load, policy, now, extra):
-        weights += dominant
     alloc_cpu, alloc_mem = load.allocatable_cpu_milli, load.allocatable_memory_bytes
+    if pod is not NO_POD:
+        total += cpu_w * pod[0] / alloc_cpu if alloc_cpu else 0.0
+        total += mem_w * pod[1] / alloc_mem if alloc_mem else 0.0
+    dominant = policy.dominant_resource_weight
+    if dominant > 0 and (cpu_w > 0 or mem_w > 0):
+        # the standing load of each resource with a fresh metric of positive weight (``resource_loads``)
+        total += dominant * max(
+            cpu_total / cpu_w if cpu_w > 0 else -math.inf, mem_total / mem_w if mem_w > 0 else -math.inf
+        )
+        weights += dominant
+    hot = 0.0
+    if (hot_sample := fresh(load.hot, HOT_VALUE_VALID_SECONDS, now)) is not None:
+        hot = hot_sample.value
     return (
-        base,
-        cpu_w / weights / alloc_cpu if alloc_cpu and weights > 0 else 0.0,
-        mem_w / weights / alloc_mem if alloc_mem and weights > 0 else 0.0,
+        total / weights + hot * HOT_LOAD_PER_UNIT,
+        cpu_w / weights / alloc_cpu if alloc_cpu else 0.0,
+        mem_w / weights / alloc_mem if alloc_mem else 0.0,
     )
 
 

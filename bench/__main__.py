@@ -66,6 +66,7 @@ BENCHES = (
     Bench("cluster_bench", (control_plane,)),
     Bench("burst_bench", (control_plane,)),
     Bench("mixed_burst"),
+    Bench("mixed_cluster_bench", (control_plane,)),
 )
 
 

@@ -11,7 +11,7 @@ dominant-resource term; the plain weighted mean is reported beside it) and wheth
 to the node with the least projected load after it, among nodes it keeps under the limit). Both scorings
 are run, alternating: the default ``relative`` and ``crane``, each with and without bind.
 
-    python -m bench.burst_bench [--rounds 3]
+    python -m bench.burst_bench [--rounds 3] [--policy scheduler_config/policy.yaml]
 
 Goal: 0 nodes over the limit, coefficient of variation (CV) of projected load within 1.25x of ideal.
 """
@@ -117,9 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--policy", type=Path, default=POLICY, help="the policy file (its scoring is varied)")
     args = parser.parse_args(argv)
+    policy = args.policy
     loads = [0.10 + 0.38 * i / (NODES - 1) for i in range(NODES)]
-    shape = Shape.of(POLICY)
+    shape = Shape.of(policy)
     ideal_over, ideal_cv, ideal_mean = outcome(loads, ideal_counts(loads, PODS, shape), shape)
     results: dict[tuple[str, bool], list[tuple[int, float, float]]] = {
         (scoring, bind): [] for bind in (True, False) for scoring in ("relative", "crane")
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, ControlPlane() as cp:
         policies = {}
         for scoring in ("relative", "crane"):
-            doc = yaml.safe_load(POLICY.read_text())
+            doc = yaml.safe_load(policy.read_text())
             doc["spec"]["scoring"] = scoring
             policies[scoring] = Path(tmp) / f"policy-{scoring}.yaml"
             policies[scoring].write_text(yaml.safe_dump(doc))
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     print(f"\nburst of {PODS} pods (500m, 1Gi) onto {NODES} nodes loaded 0.10-0.48, {args.rounds} rounds")
-    print(f"dominantResourceWeight {load_policy(POLICY).dominant_resource_weight:g}")
+    print(f"dominantResourceWeight {load_policy(policy).dominant_resource_weight:g}")
     print(
         "| placement | nodes over limit (max) | CV of projected load median (range) | CV / ideal "
         "| CV of the weighted mean alone |"

@@ -69,9 +69,8 @@ class Oracle:
                     load,
                     policy,
                     now,
-                    self.ledger.extra(load, now, incoming)
-                    if incoming is not None
-                    else self.ledger.extra(load, now, skip=pod.uid),
+                    self.ledger.extra(load, now, skip=pod.uid),
+                    (0, 0) if incoming is None else (incoming.cpu_milli, incoming.memory_bytes),
                 )
                 for load in loads
             ]

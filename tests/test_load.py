@@ -8,7 +8,6 @@ import pytest
 
 from app.model.annotations import format_hot_value, format_load
 from app.model.load import (
-    after,
     check_node,
     dominant_of,
     project,
@@ -198,33 +197,57 @@ def test_dominant_resource_weight_zero_is_the_mean_alone(policy: Policy) -> None
     """An operator turns the term off with 0: the projected load and the score are crane's again."""
     load = parse_node(node(MEMORY_HEAVY), policy, NOW)
     assert projected_load(load, policy, NOW) == pytest.approx(1.06 / 2)
-    assert project(load, policy, NOW)[1] is None  # the board keeps no dominant part
+    assert projected_load(load, policy, NOW, pod=(800, 0)) == pytest.approx((1.06 + 0.1) / 2)
     assert score_node(load, policy, NOW).raw == crane_raw(MEMORY_HEAVY, policy)
 
 
-def test_the_dominant_resource_follows_the_pod() -> None:
-    """A node near its memory but idle on cpu: a memory-heavy pod makes memory its dominant resource and
-    ranks it below a node with free memory, which the mean alone ranked the other way."""
+TWO_METRICS = (
+    "spec:\n  syncPolicy: [{name: cpu_usage_avg_5m, period: 3m}, {name: mem_usage_avg_5m, period: 3m}]\n"
+    "  priority: [{name: cpu_usage_avg_5m, weight: 1}, {name: mem_usage_avg_5m, weight: 1}]\n"
+)
+
+
+def after(load, p: Policy, cpu: int, mem: int) -> float:
+    """The board's form: the standing load and its growth per millicore and byte."""
+    base, per_milli, per_byte = project(load, p, NOW)
+    return base + cpu * per_milli + mem * per_byte
+
+
+@pytest.mark.parametrize("pod", [(0, 3 << 30), (2000, 0), (500, 512 << 20)])
+def test_a_node_short_of_one_resource_ranks_below_a_balanced_one(pod) -> None:
+    """A node near its memory but idle on cpu looks less loaded on the mean (0.30 against 0.33) and took
+    every pod; with the dominant term it ranks by its memory, whatever the pod's shape."""
     from app.model.policy import parse_policy
 
-    text = (
-        "spec:\n  syncPolicy: [{name: cpu_usage_avg_5m, period: 3m}, {name: mem_usage_avg_5m, period: 3m}]\n"
-        "  priority: [{name: cpu_usage_avg_5m, weight: 1}, {name: mem_usage_avg_5m, weight: 1}]\n"
-    )
-    plain = parse_policy(text)
-    dominant = parse_policy(text + "  dominantResourceWeight: 12\n")
+    plain = parse_policy(TWO_METRICS)
+    dominant = parse_policy(TWO_METRICS + "  dominantResourceWeight: 12\n")
     nodes = {
-        "memory-full": {"cpu_usage_avg_5m": 0.05, "mem_usage_avg_5m": 0.55},  # mean 0.30
-        "balanced": {"cpu_usage_avg_5m": 0.33, "mem_usage_avg_5m": 0.33},  # mean 0.33
+        "memory-full": {"cpu_usage_avg_5m": 0.05, "mem_usage_avg_5m": 0.55},
+        "balanced": {"cpu_usage_avg_5m": 0.33, "mem_usage_avg_5m": 0.33},
     }
-    pod_mem = 3 << 30  # +0.094 of a 32Gi node's memory: 0.644 on memory-full, under a 0.65 limit
 
     def ranked(p: Policy) -> list[str]:
         loads = {n: parse_node(node(v), p, NOW) for n, v in nodes.items()}
-        return sorted(loads, key=lambda n: after(*project(loads[n], p, NOW), 0, pod_mem))
+        return sorted(loads, key=lambda n: after(loads[n], p, *pod))
 
     assert ranked(plain) == ["memory-full", "balanced"]
     assert ranked(dominant) == ["balanced", "memory-full"]
+
+
+def test_the_dominant_term_is_the_nodes_standing_load_and_the_pod_counts_in_the_mean() -> None:
+    """(sum(w * (u + estimates + pod)) + D * max_r standing load_r) / (sum(w) + D): the estimates of pods
+    already on the node count in both, this pod's in the mean only."""
+    from app.model.policy import parse_policy
+
+    p = parse_policy(TWO_METRICS + "  dominantResourceWeight: 2\n")
+    load = parse_node(node({"cpu_usage_avg_5m": 0.2, "mem_usage_avg_5m": 0.4}), p, NOW)
+    placed = {"cpu_usage_avg_5m": 0.1}  # the node's cpu 0.3 with a pod placed, memory 0.4 dominant
+    this_pod = (4000, 0)  # +0.5 of the node's 8 cores: cpu 0.8 after it, in the mean only
+    assert projected_load(load, p, NOW, placed) == pytest.approx((0.3 + 0.4 + 2 * 0.4) / 4)
+    assert projected_load(load, p, NOW, placed, this_pod) == pytest.approx((0.8 + 0.4 + 2 * 0.4) / 4)
+    more = {"cpu_usage_avg_5m": 0.3}  # now cpu 0.5 standing: it dominates
+    assert projected_load(load, p, NOW, more, this_pod) == pytest.approx((1.0 + 0.4 + 2 * 0.5) / 4)
+    assert resource_loads(load, p, NOW, more) == pytest.approx({"cpu": 0.5, "memory": 0.4})
 
 
 @pytest.mark.parametrize("weight", [0.0, 1.0, 12.0, 100.0])
@@ -232,13 +255,17 @@ def test_the_dominant_resource_follows_the_pod() -> None:
 @pytest.mark.parametrize(
     "values", [CPU_HEAVY, MEMORY_HEAVY, {"cpu_usage_avg_5m": 0.2}, {"mem_usage_avg_5m": 0.2}]
 )
-def test_project_and_after_equal_projected_load_with_the_pod(policy: Policy, weight, pod, values) -> None:
-    """The board's form (``project``, then ``after`` per pod) is the definition with the pod's estimate added
-    to every metric of its resource."""
+@pytest.mark.parametrize("placed", [{}, {"cpu_usage_avg_5m": 0.3, "mem_usage_max_avg_1d": 0.05}])
+def test_project_is_projected_load_with_the_pod(policy: Policy, weight, pod, values, placed) -> None:
+    """The board's form (``project``, then a multiply-add per pod) is the definition, whatever the pod."""
     p = dataclasses.replace(policy, dominant_resource_weight=weight)
     load = parse_node(node(values), p, NOW)
-    cpu, mem = pod
-    extra = {m: (cpu / 8000 if m.startswith("cpu") else mem / (32 << 30)) for m in METRICS}
-    assert after(*project(load, p, NOW), cpu, mem) == pytest.approx(
-        projected_load(load, p, NOW, extra), abs=1e-12
+    base, per_milli, per_byte = project(load, p, NOW, placed)
+    assert base + pod[0] * per_milli + pod[1] * per_byte == pytest.approx(
+        projected_load(load, p, NOW, placed, pod), abs=1e-12
     )
+    if weight == 0:  # without the term the pod's share may as well sit in the extra (what it used to be)
+        extra = dict(placed)
+        for m in METRICS:
+            extra[m] = extra.get(m, 0.0) + (pod[0] / 8000 if m.startswith("cpu") else pod[1] / (32 << 30))
+        assert projected_load(load, p, NOW, placed, pod) == pytest.approx(projected_load(load, p, NOW, extra))

@@ -335,23 +335,43 @@ def test_explain_and_nodes_rank_like_prioritize() -> None:
 
 
 def test_explain_and_nodes_show_each_resource_and_the_dominant_one() -> None:
-    """/explain and /nodes show each resource's projected load (this pod's estimate included) and which
-    one dominates, whatever the weight of the dominant term."""
+    """/explain and /nodes show each resource's projected load (what is placed there, not this pod: the
+    loads the dominant term ranks by) and which one dominates, whatever the weight of the term."""
     ann = {m: format_load(0.20 if m.startswith("cpu") else 0.50, NOW - 30) for m in RELATIVE.sync_periods}
     alloc = {"cpu": f"{CPU_MILLI}m", "memory": str(MEMORY)}
-    load = parse_node(
-        {"metadata": {"name": "m", "annotations": ann}, "status": {"allocatable": alloc}}, RELATIVE, NOW
-    )
+    body = {"metadata": {"name": "m", "annotations": ann}, "status": {"allocatable": alloc}}
+    load = parse_node(body, RELATIVE, NOW)
     for policy in (RELATIVE, MEAN):
-        (view,) = explain(extender({"m": load}, policy), pod(0), ["m"], None)["nodes"]
+        ext = extender({"m": load}, policy)
+        assert ext.ledger is not None
+        ext.ledger.bound(None, "earlier", "m", NOW, size=(400, 0))  # cpu 0.2 + 0.1
+        (view,) = explain(ext, pod(0), ["m"], None)["nodes"]
         score = view["score"]
-        assert score["resources"] == pytest.approx(
-            {"cpu": 0.2 + CPU_PER_POD, "memory": 0.5 + MEMORY_PER_POD}, abs=1e-6
-        )
+        assert score["resources"] == pytest.approx({"cpu": 0.3, "memory": 0.5}, abs=1e-6)
         assert score["dominantResource"] == "memory"
         assert score["dominantResourceWeight"] == policy.dominant_resource_weight
         d = policy.dominant_resource_weight
-        mean = (0.2 + CPU_PER_POD + 0.5 + MEMORY_PER_POD) / 2
-        assert score["projectedLoad"] == pytest.approx(
-            (2 * mean + d * (0.5 + MEMORY_PER_POD)) / (2 + d), abs=1e-6
-        )
+        mean = (0.3 + CPU_PER_POD + 0.5 + MEMORY_PER_POD) / 2  # this pod counts in the mean
+        assert score["projectedLoad"] == pytest.approx((2 * mean + d * 0.5) / (2 + d), abs=1e-6)
+
+
+def test_turning_the_dominant_term_off_on_a_running_extender_ranks_by_the_mean_again() -> None:
+    """An operator sets dominantResourceWeight to 0 (a policy reload): the board drops what it kept per
+    pod estimate and prioritize ranks as the weighted mean alone says, and back."""
+
+    def node(name: str, cpu: float, mem: float) -> NodeLoad:
+        ann = {m: format_load(cpu if m.startswith("cpu") else mem, NOW - 30) for m in RELATIVE.sync_periods}
+        alloc = {"cpu": f"{CPU_MILLI}m", "memory": str(MEMORY)}
+        body = {"metadata": {"name": name, "annotations": ann}, "status": {"allocatable": alloc}}
+        return parse_node(body, RELATIVE, NOW)
+
+    # memory-full's mean is lower (0.30 against 0.33), its dominant load far higher (0.55 against 0.33)
+    loads = {"memory-full": node("memory-full", 0.05, 0.55), "balanced": node("balanced", 0.33, 0.33)}
+    ext = extender(loads, RELATIVE)
+    names = ["memory-full", "balanced"]
+    with_term = {"memory-full": 0, "balanced": 10}
+    assert scores(ext, names, 0) == with_term
+    ext.store.set(MEAN)
+    assert scores(ext, names, 1) == {"memory-full": 10, "balanced": 0}
+    ext.store.set(RELATIVE)
+    assert scores(ext, names, 2) == with_term

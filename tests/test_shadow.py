@@ -79,8 +79,8 @@ def test_enforce_rejects_and_shadow_passes_while_counting() -> None:
 def test_shadow_prioritize_answers_one_score_and_holds_nothing() -> None:
     ext, _, _ = extender(ENFORCE)
     real = ext.prioritize(ExtenderArgs(pod(), None, ["hot", "warm", "cool"]))
-    # the shipped ranking, with its dominant-resource term: cool's memory (0.22 after the pod) against
-    # warm's and hot's cpu (0.45, 0.95); 4 for warm by the weighted mean alone
+    # the shipped ranking, with its dominant-resource term: cool's standing memory (0.2) against warm's
+    # and hot's cpu (0.4, 0.9); 4 for warm by the weighted mean alone
     assert [e["Score"] for e in real] == [0, 5, 10]
     assert ext.ledger.known("u1").node == "cool"  # enforce: the estimate is held on the favourite
 
@@ -103,11 +103,11 @@ def test_agreement_and_load_excess_are_recorded_when_the_pod_is_bound() -> None:
     assert sample(metrics, "ballast_extender_shadow_choices_total", agreed="true") == 1
     assert sample(metrics, "ballast_extender_shadow_choices_total", agreed="false") == 1
     assert sample(metrics, "ballast_extender_shadow_chosen_load_excess_count") == 2
-    # after the pod (cpu +0.053125, memory +0.021875): warm's mean 0.3375 and dominant cpu 0.453125,
-    # cool's mean 0.1875 and dominant memory 0.221875, with the shipped dominant-resource weight d
-    # ((0.4 - 0.1) * 1.0 / 2.0 = 0.15 by the weighted mean alone)
+    # the mean after the pod (cpu +0.053125, memory +0.021875): warm's 0.3375, cool's 0.1875; their
+    # standing dominant loads: warm's cpu 0.4, cool's memory 0.2; with the shipped dominant-resource
+    # weight d ((0.4 - 0.1) * 1.0 / 2.0 = 0.15 by the weighted mean alone)
     d = ENFORCE.dominant_resource_weight
-    expected = (2 * 0.3375 + d * 0.453125) / (2 + d) - (2 * 0.1875 + d * 0.221875) / (2 + d)
+    expected = (2 * 0.3375 + d * 0.4) / (2 + d) - (2 * 0.1875 + d * 0.2) / (2 + d)
     excess = sample(metrics, "ballast_extender_shadow_chosen_load_excess_sum")
     assert excess == pytest.approx(expected, abs=1e-6)
     assert sample(metrics, "ballast_extender_shadow_chosen_load_excess_bucket", le="0.0") == 1

@@ -16,7 +16,7 @@ from app.extender.metrics import ExtenderMetrics
 from app.extender.wire import ExtenderArgs
 from app.model.annotations import format_hot_value, format_load
 from app.model.ledger import Ledger
-from app.model.load import after, check_node, projected_load, score_node
+from app.model.load import check_node, projected_load, score_node
 from app.model.nodestate import NodeLoad, parse_node
 from app.model.podinfo import PodInfo
 from app.model.policy import load_policy
@@ -85,12 +85,13 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
         assert (fast.reason if fast else None) == (exact.reason if exact else None)
     assert d.score == score_node(load, POLICY, NOW, ledger.extra(load, NOW)).score
     # relative scoring: the board's standing load plus the pod's slope is the exact load after the pod
-    # (with the shipped policy's dominant-resource term: the board's part of it with the pod's added)
-    exact_after = projected_load(load, POLICY, NOW, ledger.extra(load, NOW, incoming))
-    fast_after = after(d.projection, d.dominant, incoming.cpu_milli, incoming.memory_bytes)
+    size = (incoming.cpu_milli, incoming.memory_bytes)
+    exact_after = projected_load(load, POLICY, NOW, ledger.extra(load, NOW), size)
+    base, per_cpu, per_byte = d.projection
     if exact_after is None:
-        assert fast_after is None
+        assert base is None
     else:
+        fast_after = base + incoming.cpu_milli * per_cpu + incoming.memory_bytes * per_byte
         assert fast_after == pytest.approx(exact_after, rel=1e-9, abs=1e-12)
     assert d.blocked == (check_node(load, POLICY, NOW, ledger.extra(load, NOW)) is not None)
 
@@ -266,7 +267,6 @@ def _standing(d) -> tuple:
         d.cpu_room,
         d.memory_room,
         d.projection,
-        d.dominant,
         d.until,
         d.units,
         checks(d.checks),
@@ -401,3 +401,34 @@ def test_a_verdict_that_stands_keeps_every_field_but_its_expiry() -> None:
     kept = restand(d, load, POLICY, ledger, clock[0])
     assert isinstance(kept, type(d)) and kept.until != d.until
     assert kept == dataclasses.replace(d, until=kept.until)
+
+
+@given(specs=st.lists(node_st, min_size=2, max_size=8), sizes=st.permutations(range(12)))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_many_pod_sizes_rank_as_the_definition(specs, sizes) -> None:
+    """A burst of many pod sizes, each asked about again after the others, ranks exactly as the
+    definition (the oracle), with holds moving the nodes in between."""
+    loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
+    names = list(loads)
+    fast = Extender(
+        PolicyStore(POLICY), ExtenderMetrics(), StaticSource(loads), Ledger(POLICY, lambda: NOW), lambda: NOW
+    )
+    oracle = Oracle(loads, POLICY, NOW)
+    assert fast.board is not None
+    for round_ in range(2):
+        for k in sizes:
+            i = round_ * 100 + k
+            pod = {
+                "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"},
+                "spec": {
+                    "containers": [
+                        {
+                            "resources": {
+                                "requests": {"cpu": f"{100 + 300 * k}m", "memory": str((64 + 256 * k) << 20)}
+                            }
+                        }
+                    ]
+                },
+            }
+            expected = oracle.prioritize(pod, names)
+            assert decoded(fast.prioritize(ExtenderArgs(pod, None, names), encoded=True)) == expected

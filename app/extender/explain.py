@@ -16,6 +16,7 @@ from app.extender.numa.community import community_demand
 from app.extender.numa.crane import NumaRequest, combine, numa_request, numa_score
 from app.model.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
 from app.model.load import (
+    NO_POD,
     check_node,
     dominant_of,
     projected_load,
@@ -72,8 +73,7 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
     prod = policy.is_prod(pod.priority)
     rejection = None if pod.daemonset else check_node(load, policy, now, filter_extra, prod)
     score = score_node(load, policy, now, score_extra, explain=True)
-    ranked_extra = score_extra if pod.daemonset else filter_extra
-    resources = resource_loads(load, policy, now, ranked_extra)
+    resources = resource_loads(load, policy, now, score_extra)
     hot = load.hot
     estimates = ext.ledger.counted(load, now)
     return {
@@ -101,7 +101,13 @@ def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dic
         "score": score.to_json()
         | {
             "scoring": policy.scoring,
-            "projectedLoad": projected_load(load, policy, now, ranked_extra),
+            "projectedLoad": projected_load(
+                load,
+                policy,
+                now,
+                score_extra,
+                NO_POD if pod.daemonset or incoming is None else (incoming.cpu_milli, incoming.memory_bytes),
+            ),
             "resources": {r: round(v, PROJECTED_DIGITS) for r, v in resources.items()},
             "dominantResource": dominant_of(resources),
             "dominantResourceWeight": policy.dominant_resource_weight,

@@ -22,7 +22,7 @@ from app.extender.wire import ExtenderArgs, filter_result, require_pod
 from app.model.bad_request import BadRequest
 from app.model.estimation import Estimate, estimate_usage
 from app.model.ledger import Ledger
-from app.model.load import Rejection, after, check_node, projected_load, relative_scores, score_node
+from app.model.load import Rejection, check_node, projected_load, relative_scores, score_node
 from app.model.nodestate import NodeLoad, parse_node
 from app.model.podinfo import PodInfo, pod_info, read_pod
 from app.model.policy import Policy
@@ -130,9 +130,10 @@ class Extender:
             return None
         self.board.refresh(self.clock())
         entry = self.board.projection.get(node)
-        if entry is None:
+        if entry is None or entry[0] is None:
             return None
-        return after(entry, self.board.dominant.get(node), cpu_milli, memory_bytes)
+        base, per_milli, per_byte = entry
+        return base + cpu_milli * per_milli + memory_bytes * per_byte
 
     def _new_board(self, lookup: Callable[[str], NodeLoad | None], deferrable: bool = False) -> VerdictBoard:
         """A verdict board over ``lookup``'s nodes that follows the ledger's estimates; a ``deferrable``
@@ -493,11 +494,7 @@ class Extender:
         exact = self._scored_exactly(pod, names, entries if lacking else ())
         if lacking:
             entries = [e if e is not None else _NO_PROJECTION for e in entries]
-        if board.ranked:
-            # spec.dominantResourceWeight: the board keeps every node's load after a pod of this estimate
-            # (``loads_for``); names it lacks are None here and scored exactly below
-            loads = list(map(board.loads_for(cpu, mem).get, names))
-        elif cpu or mem:
+        if cpu or mem:
             loads = [None if b is None else b + cpu * c + mem * m for b, c, m in entries]
         else:
             loads = list(map(_load_of, entries))
@@ -537,12 +534,7 @@ class Extender:
         load = lookup(name)
         if load is None:
             return None
-        extra = (
-            self.extra(load, now, incoming)
-            if incoming is not None
-            else self.extra(load, now, None, skip=pod.uid)
-        )
-        return projected_load(load, policy, now, extra)
+        return projected_load(load, policy, now, self.extra(load, now, None, skip=pod.uid), _size(incoming))
 
     def _exact_score(
         self, lookup: Callable[[str], NodeLoad | None], name: str, pod: PodInfo, policy: Policy, now: float

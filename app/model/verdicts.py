@@ -7,8 +7,7 @@ expiry times, and keeps:
 
 - ``scored[node]``: crane's prioritize score (0..10) with the node's current estimates, and its JSON;
 - ``projection[node]``: the node's projected load with its current estimates and how much a millicore and
-  a byte of estimate add to it, and ``dominant[node]`` (under ``spec.dominantResourceWeight``) its
-  dominant-resource term in the same form (``app.model.load.project``), for relative scoring, and
+  a byte of estimate add to it (``app.model.load.project``), for relative scoring, and
   ``fragments[node]``: its ``{"Host":name,"Score":n}`` pre-encoded for every n in 0..10;
 - ``room``: per node the spare capacity, in millicores and bytes, before the tightest fresh predicate of
   that resource would be crossed, counting estimates already on the node;
@@ -48,7 +47,6 @@ from app.model.estimation import Estimate
 from app.model.ledger import Ledger
 from app.model.load import (
     MAX_EXTENDER_SCORE,
-    Dominant,
     Projection,
     Rejection,
     check_node,
@@ -109,8 +107,6 @@ class Derived:
     checks: tuple[Check, ...] = ()
     projection: Projection = (None, 0.0, 0.0)
     """(projected load with the node's estimates, its growth per millicore, per byte)."""
-    dominant: Dominant | None = None
-    """The dominant-resource term of the projected load (``app.model.load.project``), if any."""
     prod_checks: tuple[Check, ...] = ()
     """The checks against the node's prod limits (the same tuple when prod changes nothing here)."""
     units: dict[str, int] | None = None
@@ -171,7 +167,7 @@ def derive(
         if previous is not None and _current(previous, load, policy, now):
             return _shifted(previous, load, policy, ledger, now, estimates, units, extra)
     limits = load.limits or policy.limits
-    blocked, score, (projection, dominant) = _by_amounts(load, policy, now, extra)
+    blocked, score, projection = _by_amounts(load, policy, now, extra)
     rooms = {"cpu": math.inf, "memory": math.inf}
     checks, until = _checks(load, limits.predicate_plan, limits.missing_plan, units, now, rooms)
     prod_checks = checks
@@ -194,7 +190,6 @@ def derive(
         score,
         checks,
         projection,
-        dominant,
         prod_checks,
         units,
         until,
@@ -204,7 +199,7 @@ def derive(
 
 def _by_amounts(
     load: NodeLoad, policy: Policy, now: float, extra: dict[str, float]
-) -> tuple[bool, int, tuple[Projection, Dominant | None]]:
+) -> tuple[bool, int, Projection]:
     """What the node's estimated amounts (``extra``) enter: whether its limits block, its score and its
     projected load. ``derive`` works them out with the rest; ``_shifted`` only these."""
     blocked = check_node(load, policy, now, extra) is not None
@@ -226,7 +221,7 @@ def _shifted(
     the checks keep their values and limits and only their rooms move; when a value goes stale stays. A
     hold is this: it changes one node's amounts, and working the node out from scratch read every value's
     freshness again."""
-    blocked, score, (projection, dominant) = _by_amounts(load, policy, now, extra)
+    blocked, score, projection = _by_amounts(load, policy, now, extra)
     checks, cpu_room, memory_room = _recounted(d.checks, units)
     prod_checks = checks if d.prod_checks is d.checks else _recounted(d.prod_checks, units)[0]
     return Derived(
@@ -238,7 +233,6 @@ def _shifted(
         score,
         checks,
         projection,
-        dominant,
         prod_checks,
         units,
         d.steady_until,
@@ -308,25 +302,11 @@ def restand(
         d.score,
         d.checks,
         d.projection,
-        d.dominant,
         d.prod_checks,
         d.units,
         d.steady_until,
         d.policy,
     )
-
-
-def ranked_form(
-    projection: Projection, dominant: Dominant
-) -> tuple[float, float, float, float, float, float]:
-    """``app.model.load.after`` as the larger of two affine forms of the pod's (cpu, memory), the dominant
-    resource being cpu in the first and memory in the second: ``(b1, c1, m1, b2, c2, m2)`` with the load
-    after a pod ``max(b1 + cpu * c1 + mem * m1, b2 + cpu * c2 + mem * m2)``. A request then costs two
-    multiply-adds and a comparison per node, inline, with no call. Only for a projection with a load."""
-    base, per_milli, per_byte = projection
-    assert base is not None
-    cpu_load, cpu_k, mem_load, mem_k = dominant
-    return (base + cpu_load, per_milli + cpu_k, per_byte, base + mem_load, per_milli, per_byte + mem_k)
 
 
 _SCORES = tuple(f"{n}}}".encode() for n in range(MAX_EXTENDER_SCORE + 1))
@@ -378,8 +358,6 @@ class VerdictMemo:
         self.passed.discard(name)
 
 
-_MAX_SHAPES = 8
-"""Pod estimates whose loads after (``VerdictBoard.loads_for``) are kept: a float per node each."""
 _MAX_MEMOS = 64
 """Distinct pod sizes remembered within one second; more (an unusual burst of sizes) starts over."""
 
@@ -399,13 +377,6 @@ class VerdictBoard:
         """Per node the score and ``{"Host":name,"Score":n}`` already encoded, so that a prioritize answer
         is one dict lookup per node and a byte join."""
         self.projection: dict[str, Projection] = {}
-        self.dominant: dict[str, Dominant] = {}
-        """Only nodes with a dominant-resource term (``spec.dominantResourceWeight`` > 0)."""
-        self.ranked: dict[str, tuple[float, float, float, float, float, float]] = {}
-        """The same nodes' load after a pod as the larger of two affine forms (``ranked_form``)."""
-        self.shapes: dict[tuple[int, int], dict[str, float | None]] = {}
-        """Per pod estimate (millicores, bytes) asked about lately, every node's projected load after such a
-        pod (``loads_for``), kept current as nodes change."""
         self.fragments: dict[str, tuple[bytes, ...]] = {}
         self.blocked: set[str] = set()
         self.tight_cpu: list[set[str]] = [set() for _ in CPU_TIERS]
@@ -497,10 +468,6 @@ class VerdictBoard:
             self.derived.pop(name, None)
             self.scored.pop(name, None)
             self.projection.pop(name, None)
-            self.dominant.pop(name, None)
-            self.ranked.pop(name, None)
-            for loads in self.shapes.values():
-                loads.pop(name, None)
             self.fragments.pop(name, None)
             self.blocked.discard(name)
             for sets in (self.tight_cpu, self.tight_memory):
@@ -523,14 +490,6 @@ class VerdictBoard:
         if entry is None or entry[0] != d.score:
             self.scored[name] = (d.score, frags[d.score])  # the same bytes: no second copy per node
         self.projection[name] = d.projection
-        if d.dominant is not None:
-            self.dominant[name] = d.dominant
-            self.ranked[name] = ranked_form(d.projection, d.dominant)
-        else:
-            self.dominant.pop(name, None)
-            self.ranked.pop(name, None)
-        for (cpu, mem), loads in self.shapes.items():
-            loads[name] = self._after(name, cpu, mem)
         (self.blocked.add if d.blocked else self.blocked.discard)(name)
         for room, tiers, sets in (
             (d.cpu_room, CPU_TIERS, self.tight_cpu),
@@ -541,39 +500,6 @@ class VerdictBoard:
         if d.until != math.inf:
             heapq.heappush(self._heap, (d.until, name))
             self.next_until = self._heap[0][0]
-
-    def loads_for(self, cpu_milli: int, memory_bytes: int) -> dict[str, float | None]:
-        """Every node's projected load after a pod of this estimate (``None`` without information), for
-        relative scoring with a dominant-resource term: the load after a pod is not one multiply-add of a
-        standing load there, so the board keeps it per pod estimate, worked out for every node the first
-        time an estimate is asked about and for one node whenever that node changes. Within a burst pods
-        mostly share a few sizes, and a request is then one dict lookup per node, as without the term.
-        At most ``_MAX_SHAPES`` estimates are kept (the oldest goes)."""
-        key = (cpu_milli, memory_bytes)
-        loads = self.shapes.get(key)
-        if loads is not None:
-            return loads
-        with self._lock:
-            loads = self.shapes.get(key)
-            if loads is None:
-                loads = {name: self._after(name, cpu_milli, memory_bytes) for name in self.projection}
-                shapes = dict(self.shapes)  # readers iterate without the lock: replace, never resize
-                if len(shapes) >= _MAX_SHAPES:
-                    del shapes[next(iter(shapes))]
-                shapes[key] = loads
-                self.shapes = shapes
-            return loads
-
-    def _after(self, name: str, cpu_milli: int, memory_bytes: int) -> float | None:
-        """``app.model.load.after`` from the board's forms of the node."""
-        form = self.ranked.get(name)
-        if form is not None:
-            b1, c1, m1, b2, c2, m2 = form
-            on_cpu = b1 + cpu_milli * c1 + memory_bytes * m1
-            on_memory = b2 + cpu_milli * c2 + memory_bytes * m2
-            return on_cpu if on_cpu >= on_memory else on_memory
-        base, per_milli, per_byte = self.projection.get(name, (None, 0.0, 0.0))
-        return None if base is None else base + cpu_milli * per_milli + memory_bytes * per_byte
 
     def defer(self, names: Iterable[str]) -> None:
         """Note these nodes' estimates as changed without recomputing them yet: the next ``settle`` or
@@ -611,9 +537,6 @@ class VerdictBoard:
             self.derived.clear()
             self.scored.clear()
             self.projection.clear()
-            self.dominant.clear()
-            self.ranked.clear()
-            self.shapes = {}
             self.blocked.clear()
             for members in (*self.tight_cpu, *self.tight_memory):
                 members.clear()

@@ -566,49 +566,50 @@ class Reflector:
                     last_list = time.monotonic()
                 need_list = self._watch(last_list)
                 backoff = self.backoff_initial
+            except ApiError as exc:
+                if self._stop.is_set():
+                    return
+                if exc.code == 404 and self.optional:
+                    if not self.missing:
+                        log.warning(
+                            "%s: %s not found (%s); treating it as empty and retrying every %.0fs",
+                            self.name,
+                            self.path,
+                            exc.message,
+                            self.backoff_max,
+                        )
+                    self.missing = True
+                    self.handler.replace([], "")
+                    self.synced.set()
+                    need_list = True
+                    self._stop.wait(self.backoff_max)
+                    continue
+                if exc.code == 410:
+                    self.stats.expired += 1
+                    log.info(
+                        "%s: resourceVersion %s or a list's continue token expired (410), listing from "
+                        "the start",
+                        self.name,
+                        self.resource_version,
+                    )
+                    need_list = True
+                    continue
+                backoff = self._failed(exc, backoff)
+            except WatchStalled as exc:
+                if self._stop.is_set():
+                    return
+                self.stats.stalls += 1
+                self.stalled = self.failing = str(exc)
+                if self.stats.failing_since is None:
+                    self.stats.failing_since = time.monotonic()
+                log.warning("%s: %s; relisting", self.name, exc)
+                need_list = True
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                need_list, backoff, pause = self._failure(exc, need_list, backoff)
-                if pause:
-                    self._stop.wait(pause)
+                backoff = self._failed(exc, backoff)
 
-    def _failure(self, exc: Exception, need_list: bool, backoff: float) -> tuple[bool, float, float]:
-        """What a failed list or watch means, whoever runs the loop (a thread here, an event loop in
-        ``common.reflector_loop``): whether to list again, the next backoff, and how long to wait first."""
-        if isinstance(exc, ApiError) and exc.code == 404 and self.optional:
-            if not self.missing:
-                log.warning(
-                    "%s: %s not found (%s); treating it as empty and retrying every %.0fs",
-                    self.name,
-                    self.path,
-                    exc.message,
-                    self.backoff_max,
-                )
-            self.missing = True
-            self.handler.replace([], "")
-            self.synced.set()
-            return True, backoff, self.backoff_max
-        if isinstance(exc, ApiError) and exc.code == 410:
-            self.stats.expired += 1
-            log.info(
-                "%s: resourceVersion %s or a list's continue token expired (410), listing from the start",
-                self.name,
-                self.resource_version,
-            )
-            return True, backoff, 0.0
-        if isinstance(exc, WatchStalled):
-            self.stats.stalls += 1
-            self.stalled = self.failing = str(exc)
-            if self.stats.failing_since is None:
-                self.stats.failing_since = time.monotonic()
-            log.warning("%s: %s; relisting", self.name, exc)
-            return True, backoff, 0.0
-        delay, backoff = self._failed(exc, backoff)
-        return need_list, backoff, delay
-
-    def _failed(self, exc: Exception, backoff: float) -> tuple[float, float]:
-        """Count a failure; the delay before reconnecting and the next backoff."""
+    def _failed(self, exc: Exception, backoff: float) -> float:
         self.stats.errors += 1
         self.stats.last_error = str(exc)
         self.failing = str(exc) or type(exc).__name__
@@ -617,7 +618,8 @@ class Reflector:
         cap = self.recover_max if self._reached else self.backoff_max
         delay = min(backoff, cap) * (0.5 + random.random())
         log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.name, exc, delay)
-        return delay, min(cap, backoff * 2)
+        self._stop.wait(delay)
+        return min(cap, backoff * 2)
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         """Hand one event to the handler. An object the handler cannot take is logged and counted, and
@@ -632,51 +634,41 @@ class Reflector:
 
     def _watch(self, last_list: float) -> bool:
         """Watch until the stream ends; return True when a relist is needed."""
-        params, timeout = self._watch_params(last_list)
+        params = dict(self.params)
+        params["resourceVersion"] = self.resource_version
+        params["allowWatchBookmarks"] = "true"
+        remaining = self.resync_seconds - (time.monotonic() - last_list)
+        timeout = max(1, min(self.watch_timeout_seconds, int(remaining) + 1))
+        self.stats.watches += 1
+
+        def opened(resp: Any) -> None:
+            self._response = resp
+            self.failing = ""
+            self.stats.failing_since = None
+
         try:
             events = self.kube.watch(
-                self.path, params, timeout, self._stop, on_open=self._opened, silence=self.stall_seconds
+                self.path, params, timeout, self._stop, on_open=opened, silence=self.stall_seconds
             )
             for event in events:
-                self._event(event)
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    code = int(obj.get("code") or 0)
+                    raise ApiError(code, str(obj.get("reason") or ""), str(obj.get("message") or ""), obj)
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                self.stats.last_event = time.monotonic()
+                if kind == "BOOKMARK":
+                    if rv:
+                        self.resource_version = str(rv)
+                    continue
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self.stats.events += 1
+                    self._apply(kind, obj)
+                    if rv:
+                        self.resource_version = str(rv)
                 if self._stop.is_set():
                     return False
         finally:
             self._response = None
         return False
-
-    def _watch_params(self, last_list: float) -> tuple[dict[str, str], int]:
-        """The next watch's query (from the last resourceVersion seen, with bookmarks) and its timeout,
-        which ends it by the next periodic relist."""
-        params = dict(self.params)
-        params["resourceVersion"] = self.resource_version
-        params["allowWatchBookmarks"] = "true"
-        remaining = self.resync_seconds - (time.monotonic() - last_list)
-        self.stats.watches += 1
-        return params, max(1, min(self.watch_timeout_seconds, int(remaining) + 1))
-
-    def _opened(self, resp: Any = None) -> None:
-        """A watch answered: the collection is reachable again."""
-        self._response = resp
-        self.failing = ""
-        self.stats.failing_since = None
-
-    def _event(self, event: dict[str, Any]) -> None:
-        """One watch event: an ``ERROR`` raised as ``ApiError`` (``410``: relist), a bookmark's
-        resourceVersion kept, an object handed to the handler."""
-        kind = event.get("type")
-        obj = event.get("object") or {}
-        if kind == "ERROR":
-            code = int(obj.get("code") or 0)
-            raise ApiError(code, str(obj.get("reason") or ""), str(obj.get("message") or ""), obj)
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
-        self.stats.last_event = time.monotonic()
-        if kind == "BOOKMARK":
-            if rv:
-                self.resource_version = str(rv)
-            return
-        if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self.stats.events += 1
-            self._apply(kind, obj)
-            if rv:
-                self.resource_version = str(rv)

@@ -19,13 +19,13 @@ import asyncio
 import contextlib
 import contextvars
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
 
-from common.kube import MERGE_PATCH, ApiError, Kube, WatchStalled, call_budget, decode_reply
-from common.kube_lean import Headers, LeanTransport, StreamFailed, StreamSilent, TransportError
+from common.kube import MERGE_PATCH, ApiError, Kube, call_budget, decode_reply
+from common.kube_lean import LeanTransport, TransportError
 
 _UNTIL: contextvars.ContextVar[float | None] = contextvars.ContextVar("ballast_api_deadline", default=None)
 
@@ -96,39 +96,6 @@ class AsyncKube:
     ) -> dict[str, Any]:
         with self.kube.deadline(budget):
             return self.kube.request(method, path, query=query, body=body, content_type=content_type)
-
-    async def watch(
-        self,
-        path: str,
-        params: Mapping[str, str],
-        timeout_seconds: int,
-        on_event: Callable[[dict[str, Any]], None],
-        silence: float,
-        on_open: Callable[[], None] | None = None,
-    ) -> None:
-        """Follow a watch on this event loop over the lean transport: ``on_event`` with each event
-        (``{"type", "object"}``) as it arrives, until the server ends the stream (``on_open`` once it
-        answers). ``WatchStalled`` after
-        ``silence`` seconds without a byte, ``ApiError`` as ``Kube.watch`` raises it; an exception from
-        ``on_event`` ends the watch and is raised as is."""
-        if self.transport is None:
-            raise RuntimeError("a watch on the event loop needs the lean transport")
-        query = dict(params)
-        query.update({"watch": "true", "timeoutSeconds": str(timeout_seconds)})
-        loads = orjson.loads
-
-        def on_line(line: bytes) -> None:
-            on_event(loads(line))
-
-        try:
-            await self.transport.stream(path, query, on_line, self.kube.timeout, silence, on_open)
-        except StreamSilent as exc:
-            raise WatchStalled(path, silence) from exc
-        except StreamFailed as exc:
-            decode_reply("GET", path, exc.status, exc.reason, exc.body, Headers())
-            raise ApiError(exc.status, exc.reason, str(exc)) from exc  # a 1xx or 3xx: still no watch
-        except TransportError as exc:
-            raise ApiError(0, "Unavailable", str(exc)) from exc
 
     async def get(self, path: str, query: Mapping[str, str] | None = None) -> dict[str, Any]:
         return await self.request("GET", path, query=query)

@@ -109,60 +109,6 @@ class _Reply:
         self.complete = True
 
 
-class _Lines:
-    """httptools' callbacks for a streamed reply (a watch): the status and headers, then the body handed
-    on line by line as its chunks are parsed (llhttp undoes the chunked encoding)."""
-
-    __slots__ = ("body", "complete", "on_line", "on_open", "parser", "partial", "reason", "status")
-
-    def __init__(self, on_line: Callable[[bytes], None], on_open: Callable[[], None] | None) -> None:
-        self.on_line = on_line
-        self.on_open = on_open
-        self.body: list[bytes] = []
-        """The body of a reply that is not a success (its ``Status``), kept whole."""
-        self.partial = b""
-        self.reason = ""
-        self.status = 0
-        self.complete = False
-        self.parser: Any = httptools.HttpResponseParser(self)
-
-    def on_status(self, status: bytes) -> None:
-        self.reason += status.decode("latin-1")
-
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        if self.on_open is not None and 200 <= self.status < 300:
-            self.on_open()
-
-    def on_body(self, body: bytes) -> None:
-        if not 200 <= self.status < 300:
-            self.body.append(body)
-            return
-        lines = (self.partial + body).split(b"\n") if self.partial else body.split(b"\n")
-        self.partial = lines.pop()
-        for line in lines:
-            if line.strip():
-                self.on_line(line)
-
-    def on_message_complete(self) -> None:
-        if self.partial.strip() and 200 <= self.status < 300:
-            self.on_line(self.partial)
-        self.partial = b""
-        self.complete = True
-
-
-class StreamFailed(TransportError):
-    """A streamed call answered something other than a success: its status, reason and body."""
-
-    def __init__(self, status: int, reason: str, body: bytes) -> None:
-        self.status, self.reason, self.body = status, reason, body
-        super().__init__(f"{status} {reason}")
-
-
-class StreamSilent(TransportError):
-    """A streamed call sent nothing, not a byte, for its whole silence bound."""
-
-
 class _Connection:
     """One keep-alive connection, on the event loop that opened it."""
 
@@ -277,9 +223,6 @@ class LeanTransport:
             if conn.usable():
                 return conn
             conn.close()
-        return await self._open()
-
-    async def _open(self) -> _Connection:
         self.opened += 1
         if self.tls:
             reader, writer = await asyncio.open_connection(
@@ -318,49 +261,6 @@ class LeanTransport:
         elif method in ("POST", "PUT", "PATCH"):
             lines.append("Content-Length: 0")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-    async def stream(
-        self,
-        path: str,
-        query: Mapping[str, str] | None,
-        on_line: Callable[[bytes], None],
-        connect_timeout: float,
-        silence: float,
-        on_open: Callable[[], None] | None = None,
-    ) -> None:
-        """A GET whose reply streams (a watch), on a connection of its own that is closed at the end:
-        ``on_line`` is called with each line of the body as it arrives, on this loop, until the server ends
-        the reply. ``TransportError`` when there is no connection within ``connect_timeout`` or it fails,
-        ``StreamSilent`` when nothing at all (not a byte) comes for ``silence`` seconds, ``StreamFailed``
-        for an answer that is not a success; an exception from ``on_line`` ends the stream, raised as is."""
-        head = self._head("GET", path, None, None, query)
-        try:
-            async with asyncio.timeout(connect_timeout):
-                conn = await self._open()
-        except TimeoutError as exc:
-            raise TransportError(f"GET {path}: no connection within {connect_timeout:.3g}s") from exc
-        except (OSError, ssl.SSLError) as exc:
-            raise TransportError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
-        got = _Lines(on_line, on_open)
-        try:
-            conn.writer.write(head)
-            while not got.complete:
-                async with asyncio.timeout(silence):
-                    chunk = await conn.reader.read(READ_SIZE)
-                if not chunk:
-                    raise ConnectionResetError("the API server closed the connection before its reply ended")
-                got.parser.feed_data(chunk)
-        except TimeoutError as exc:
-            raise StreamSilent(f"GET {path}: nothing within {silence:.3g}s") from exc
-        except httptools.HttpParserCallbackError as exc:
-            raise (exc.__context__ or exc) from None  # on_line's own exception
-        except (OSError, ssl.SSLError, httptools.HttpParserError, EOFError) as exc:
-            raise TransportError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
-        finally:
-            got.parser = None
-            conn.close()
-        if not 200 <= got.status < 300:
-            raise StreamFailed(got.status, got.reason, b"".join(got.body))
 
     async def request(
         self,

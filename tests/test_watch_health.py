@@ -67,11 +67,11 @@ def test_a_reflector_that_was_healthy_backs_off_a_few_seconds_at_most(caplog) ->
     r._stop.set()  # no waiting in the test
     backoff = r.backoff_initial
     for _ in range(10):
-        _, backoff = r._failed(ApiError(0, "Unavailable", "down"), backoff)
+        backoff = r._failed(ApiError(0, "Unavailable", "down"), backoff)
     assert backoff == 30.0  # never reached: the long cap (a collection that may not exist yet)
     r._reached = True
     with caplog.at_level(logging.WARNING, "ballast.kube"):
-        _, backoff = r._failed(ApiError(0, "Unavailable", "down"), backoff)
+        backoff = r._failed(ApiError(0, "Unavailable", "down"), backoff)
     assert backoff <= 4.0
     delay = float(caplog.records[-1].getMessage().rsplit("in ", 1)[1].rstrip("s"))
     assert delay <= 6.0

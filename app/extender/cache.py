@@ -37,7 +37,6 @@ from common.kube import WATCH_STALL_SECONDS, Kube, Reflector
 from common.nrt_api import COMMUNITY_NRT_PATH, NRT_PATH
 from common.podspec import PodInfo as AgentPod
 from common.podspec import parse_pod
-from common.reflector_loop import LoopReflector
 from common.seal import SEAL_ANNOTATION, verify
 from common.topology_annotations import TOPOLOGY_RESULT_ANNOTATION
 
@@ -351,9 +350,7 @@ class ClusterCache:
                 resync_seconds=resync_seconds,
                 stall_seconds=stall_seconds,
             ),
-            # The pod watch has events at every step of every pod: read on the serving event loop
-            # (started there, ``LoopReflector``), not in a thread that takes the GIL from it at each one.
-            LoopReflector(
+            Reflector(
                 kube,
                 "/api/v1/pods",
                 _Pods(self),

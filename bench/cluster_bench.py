@@ -29,9 +29,11 @@ Needs the control-plane binaries (``../shared/k8s`` or ``BALLAST_KUBE_BIN``) and
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -318,6 +320,7 @@ def _uvloop_blocked() -> str:
     """A directory whose ``uvloop`` module fails to import, for ``PYTHONPATH``: uvicorn's automatic loop
     choice then takes asyncio's, for the extender's process only."""
     where = Path(tempfile.mkdtemp(prefix="no-uvloop-"))
+    atexit.register(shutil.rmtree, where, True)
     (where / "uvloop.py").write_text('raise ImportError("uvloop blocked by the cluster bench")\n')
     return str(where)
 

@@ -29,11 +29,14 @@ Needs the control-plane binaries (``../shared/k8s`` or ``BALLAST_KUBE_BIN``) and
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import os
 import random
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -308,8 +311,29 @@ def small_pods(count: int, prefix: str) -> list[dict[str, Any]]:
     ]
 
 
+NO_UVLOOP = "uvicorn-asyncio"
+"""The server name for both extenders under uvicorn with uvloop's import blocked: asyncio's event loop
+beside uvloop's, to measure uvloop once it is installed (``pip install uvloop``)."""
+
+
+def _uvloop_blocked() -> str:
+    """A directory whose ``uvloop`` module fails to import, for ``PYTHONPATH``: uvicorn's automatic loop
+    choice then takes asyncio's, for the extender's process only."""
+    where = Path(tempfile.mkdtemp(prefix="no-uvloop-"))
+    atexit.register(shutil.rmtree, where, True)
+    (where / "uvloop.py").write_text('raise ImportError("uvloop blocked by the cluster bench")\n')
+    return str(where)
+
+
 def extender_cmds(cp: ControlPlane, server: str, log_level: str) -> dict[str, tuple[list[str], int, dict]]:
     """The echo extender's and Ballast's commands for ``server``: name -> (argv, port, environment)."""
+    if server == NO_UVLOOP:
+        paths = [_uvloop_blocked(), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+        blocked = {"PYTHONPATH": os.pathsep.join(paths)}
+        return {
+            f"{name}@{server}": (argv, port, env | blocked)
+            for name, (argv, port, env) in extender_cmds(cp, "uvicorn", log_level).items()
+        }
     echo_port, ballast_port = free_port(), free_port()
     echo_env = {"ECHO_KUBECONFIG": str(cp.kubeconfig)}
     suffix = "" if server == "uvicorn" else f"@{server}"
@@ -466,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--servers",
         default="uvicorn",
-        help="ASGI servers for both extenders: uvicorn (as shipped), granian (modes NAME@granian)",
+        help="ASGI servers for both extenders: uvicorn (as shipped), granian (modes NAME@granian), "
+        f"{NO_UVLOOP} (uvicorn with uvloop's import blocked: asyncio's event loop)",
     )
     parser.add_argument(
         "--ballast-log-level", default="info", help="Ballast's --log-level (info: as deployed by default)"

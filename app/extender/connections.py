@@ -5,7 +5,7 @@ uvicorn closes a connection idle *between* requests (``timeout_keep_alive``) and
 counted against anything: 10 000 silent connections stayed open forever, and at the file-descriptor limit
 asyncio's accept loop logged 735 231 ERROR tracebacks (329 MB) in 60 s. Here:
 
-- ``bounded_protocol``: uvicorn's httptools protocol (llhttp, in C: about 0.8 ms less CPU per pod than its
+- ``bounded_protocol``: uvicorn's httptools protocol (llhttp, in C: about 0.4 ms less CPU per pod than its
   pure-Python h11 one under a kube-scheduler drain) that closes a connection at once when
   ``max_connections`` are already open, closes one whose request head (request line and headers) is not
   whole within ``first_byte_timeout`` of its opening or uvicorn's keep-alive timeout of its last answer,

@@ -74,6 +74,8 @@ def _remove_ballast(cluster: ControlPlane) -> None:
         "delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=120s", input=manifest
     )
     cluster.kubectl("delete", "crd", *CRDS, "--ignore-not-found", "--wait=true", "--timeout=120s")
+    # and whatever else of Ballast's an earlier test applied (optional components: the annotator's grants)
+    cluster.kubectl("delete", KINDS, "-A", "-l", LABEL, "--ignore-not-found", "--wait=true", "--timeout=120s")
     wait_until(lambda: not _left(cluster), None, "Ballast's objects deleted", timeout=120)
 
 

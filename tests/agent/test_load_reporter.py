@@ -6,14 +6,18 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agent.cgroup_paths import CgroupLayout
+from agent.load.cgroups import PodCgroups
 from agent.load.history import LoadHistory
 from agent.load.pods import NodePods
-from agent.load.reporter import LoadReporter
-from agent.load.sampler import PodSample, Sample
+from agent.load.procfs import ProcReader
+from agent.load.reporter import BLIND_SAMPLES, LoadReporter
+from agent.load.sampler import PodSample, Sample, Sampler
 from app.model.policy import build_policy
 from common.kube import ApiError
 from common.nodeload import NODELOAD_PATH
@@ -236,36 +240,38 @@ def test_one_pod_watch_serves_every_user_and_a_late_one_gets_the_list_first() ->
     assert started == ["start", "stop"]  # the last one out stops it
 
 
-def test_pods_bound_here_whose_cgroups_are_nowhere_are_said_once_and_the_kubelets_layout_followed(
-    tmp_path: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A kubelet with ``cgroupRoot: /rn1`` and an agent that could not read its settings: the pods' cgroups
-    are not under ``/kubepods``. After ``BLIND_SAMPLES`` samples it says so once (log and gauge); once the
-    kubelet's settings can be read, it follows their layout and measures the pods."""
-    from agent.cgroup_paths import CgroupLayout
-    from agent.load.cgroups import PodCgroups
-    from agent.load.procfs import ProcReader
-    from agent.load.reporter import BLIND_SAMPLES
-    from agent.load.sampler import Sampler
-
-    for uid in ("p1", "p2"):
-        d = tmp_path / "cpuacct" / "rn1" / "kubepods" / "besteffort" / f"pod{uid}"
+def kernel_reporter(
+    cgroup_tree: Path, pod_dirs: list[str], pods: NodePods, layout: Any = None
+) -> LoadReporter:
+    """A reporter over this machine's ``/proc`` and a cgroup v1 tree with a ``cpuacct.usage`` in each of
+    ``pod_dirs`` (relative to the cpuacct hierarchy)."""
+    for rel in pod_dirs:
+        d = cgroup_tree / "cpuacct" / rel
         d.mkdir(parents=True)
         (d / "cpuacct.usage").write_text("1000\n")
-    clock = [T0]
-    kubelet: list[CgroupLayout | None] = [None]  # unreadable at first
-    pods = NodePods("n1")
-    pods.replace([pod("p1"), pod("p2")])
-    r = LoadReporter(
-        Recorder(clock),  # type: ignore[arg-type]
+    return LoadReporter(
+        Recorder([T0]),  # type: ignore[arg-type]
         "n1",
-        Sampler(ProcReader("/proc"), PodCgroups(tmp_path)),
+        Sampler(ProcReader("/proc"), PodCgroups(cgroup_tree)),
         pods,
         lambda: POLICY,
         lambda: {"metadata": {"name": "n1", "uid": "node-uid"}},
         history=LoadHistory(),
-        layout=lambda: kubelet[0],
+        layout=layout,
     )
+
+
+def test_pods_bound_here_whose_cgroups_are_nowhere_are_said_once_and_the_kubelets_layout_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kubelet with ``cgroupRoot: /rn1`` and an agent that could not read its settings: the pods' cgroups
+    are not under ``/kubepods``. After ``BLIND_SAMPLES`` samples it says so once (log and gauge); once the
+    kubelet's settings can be read, it follows their layout and measures the pods."""
+    kubelet: list[CgroupLayout | None] = [None]  # unreadable at first
+    pods = NodePods("n1")
+    pods.replace([pod("p1"), pod("p2")])
+    dirs = [f"rn1/kubepods/besteffort/pod{uid}" for uid in ("p1", "p2")]
+    r = kernel_reporter(tmp_path, dirs, pods, layout=lambda: kubelet[0])
     missing = r.metrics.pod_cgroups_missing
     with caplog.at_level(logging.WARNING, "ballast.agent.load"):
         for _ in range(BLIND_SAMPLES * 3):
@@ -281,25 +287,9 @@ def test_pods_bound_here_whose_cgroups_are_nowhere_are_said_once_and_the_kubelet
     assert r.metrics.pods_measured._value.get() == 2 and missing._value.get() == 0
 
 
-def test_a_node_without_pods_or_with_some_pods_measured_is_not_blind(tmp_path: Any) -> None:
-    from agent.load.cgroups import PodCgroups
-    from agent.load.procfs import ProcReader
-    from agent.load.sampler import Sampler
-
-    d = tmp_path / "cpuacct" / "kubepods" / "besteffort" / "podp1"
-    d.mkdir(parents=True)
-    (d / "cpuacct.usage").write_text("1000\n")
-    clock = [T0]
+def test_a_node_without_pods_or_with_some_pods_measured_is_not_blind(tmp_path: Path) -> None:
     pods = NodePods("n1")
-    r = LoadReporter(
-        Recorder(clock),  # type: ignore[arg-type]
-        "n1",
-        Sampler(ProcReader("/proc"), PodCgroups(tmp_path)),
-        pods,
-        lambda: POLICY,
-        lambda: {"metadata": {"name": "n1", "uid": "node-uid"}},
-        history=LoadHistory(),
-    )
+    r = kernel_reporter(tmp_path, ["kubepods/besteffort/podp1"], pods)
     for _ in range(5):  # no pods at all
         r.tick()
     assert r.metrics.pod_cgroups_missing._value.get() == 0

@@ -33,7 +33,7 @@ import dataclasses
 import random
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import orjson
@@ -118,25 +118,34 @@ def loads_after(nodes: Sequence[Node], placed: Sequence[str | None], pods: Seque
     return [tuple(at[n.name]) for n in nodes]
 
 
-def greedy(nodes: Sequence[Node], pods: Sequence[tuple[int, int]]) -> list[str | None]:
-    """Each pod to the node whose dominant load after it is lowest, among those it keeps under the limit."""
+def online(
+    nodes: Sequence[Node], pods: Sequence[tuple[int, int]], key: Callable[[float, float], float]
+) -> list[str | None]:
+    """Each pod in arrival order to the node with the lowest ``key(cpu, memory)`` of its loads after the
+    pod, among those it keeps under the limit; ``None`` when none does."""
     at = [[n.cpu, n.memory] for n in nodes]
     out: list[str | None] = []
     for pod in pods:
-        best, best_load = None, 0.0
+        best, best_key = None, 0.0
         for i, n in enumerate(nodes):
             c, m = _adds(n, pod)
             cpu, mem = at[i][0] + c, at[i][1] + m
             if cpu > LIMIT + 1e-12 or mem > LIMIT + 1e-12:
                 continue
-            if best is None or max(cpu, mem) < best_load:
-                best, best_load = i, max(cpu, mem)
+            k = key(cpu, mem)
+            if best is None or k < best_key:
+                best, best_key = i, k
         if best is not None:
             c, m = _adds(nodes[best], pod)
             at[best][0] += c
             at[best][1] += m
         out.append(None if best is None else nodes[best].name)
     return out
+
+
+def greedy(nodes: Sequence[Node], pods: Sequence[tuple[int, int]]) -> list[str | None]:
+    """Each pod to the node whose dominant load after it is lowest, among those it keeps under the limit."""
+    return online(nodes, pods, max)
 
 
 def koordinator_form(
@@ -147,24 +156,7 @@ def koordinator_form(
     max(cpu, memory)) / (2 + weight)``, every load *after* the pod, among those it keeps under the limits.
     Ballast's rule differs in one place: its dominant term takes the node's standing loads, before the
     pod. The bench's own arithmetic, to compare the two forms."""
-    at = [[n.cpu, n.memory] for n in nodes]
-    out: list[str | None] = []
-    for pod in pods:
-        best, best_key = None, 0.0
-        for i, n in enumerate(nodes):
-            c, m = _adds(n, pod)
-            cpu, mem = at[i][0] + c, at[i][1] + m
-            if cpu > LIMIT + 1e-12 or mem > LIMIT + 1e-12:
-                continue
-            key = (cpu + mem + weight * max(cpu, mem)) / (2 + weight)
-            if best is None or key < best_key:
-                best, best_key = i, key
-        if best is not None:
-            c, m = _adds(nodes[best], pod)
-            at[best][0] += c
-            at[best][1] += m
-        out.append(None if best is None else nodes[best].name)
-    return out
+    return online(nodes, pods, lambda cpu, mem: (cpu + mem + weight * max(cpu, mem)) / (2 + weight))
 
 
 def offline_ideal(nodes: Sequence[Node], pods: Sequence[tuple[int, int]]) -> list[str | None]:

@@ -83,10 +83,10 @@ class PodCgroups:
         self.layout = layout or CgroupLayout()
         self.version = cgroup_version(self.root)
         if self.version == 2:
-            self._cpu_base = self._memory_base = self.root
+            self.cpu_base = self._memory_base = self.root
         else:
             cpuacct = self.root / "cpuacct"
-            self._cpu_base = cpuacct if cpuacct.is_dir() else self.root / "cpu,cpuacct"
+            self.cpu_base = cpuacct if cpuacct.is_dir() else self.root / "cpu,cpuacct"
             self._memory_base = self.root / "memory"
         self._found: dict[str, tuple[str, ...]] = {}
         """pod uid -> the path that held its cgroup last time (saves the QoS search on every read)."""
@@ -98,7 +98,7 @@ class PodCgroups:
         """Where the pod cgroups should be (in the CPU hierarchy on v1), for messages; ``None`` when the
         kubelet makes no pod cgroups."""
         parts = self.layout.kubepods_parts()
-        return None if parts is None else self._cpu_base.joinpath(*parts)
+        return None if parts is None else self.cpu_base.joinpath(*parts)
 
     def relayout(self, layout: CgroupLayout) -> None:
         """Follow another layout from now on (the kubelet's, once its settings could be read)."""
@@ -114,7 +114,7 @@ class PodCgroups:
             parts = self.layout.pod_parts(uid, candidate)
             if parts is None:
                 return None
-            if self._cpu_base.joinpath(*parts).is_dir():
+            if self.cpu_base.joinpath(*parts).is_dir():
                 self._found[uid] = parts
                 return parts
         return None
@@ -129,7 +129,7 @@ class PodCgroups:
                 d = self.root.joinpath(*parts)
                 cpu_ns = _usage_usec((d / "cpu.stat").read_text()) * 1000
             else:
-                cpu_ns = int(self._cpu_base.joinpath(*parts, "cpuacct.usage").read_text())
+                cpu_ns = int(self.cpu_base.joinpath(*parts, "cpuacct.usage").read_text())
                 d = self._memory_base.joinpath(*parts)
         except (OSError, ValueError):
             self._found.pop(uid, None)  # gone, or moved to another QoS parent: search again next time

@@ -22,7 +22,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from agent.cgroup_paths import CgroupLayout
-from agent.load.cgroups import PodCgroups, cgroup_version
+from agent.load.cgroups import PodCgroups
 from agent.load.checkpoint import HistoryCheckpoint
 from agent.load.metrics import LoadMetrics
 from agent.load.pods import NodePods
@@ -57,28 +57,28 @@ def guess_layout(root: Path) -> CgroupLayout:
     """The kubelet's layout as the tree shows it: ``kubepods.slice`` (systemd) or ``kubepods`` (cgroupfs) at
     the top, else one level down when exactly one parent holds it (kind's ``/kubelet``); the kubelet's
     defaults when nothing says more."""
-    base = root if cgroup_version(root) == 2 else root / "cpuacct"
-    if not base.is_dir():
-        base = root / "cpu,cpuacct"
-    if (base / "kubepods.slice").is_dir():
-        return CgroupLayout("systemd")
-    if (base / "kubepods").is_dir():
-        return CgroupLayout("cgroupfs")
+    base = PodCgroups(root).cpu_base
+
+    def holds(layout: CgroupLayout) -> bool:
+        parts = layout.kubepods_parts()
+        return parts is not None and base.joinpath(*parts).is_dir()
+
+    for layout in (CgroupLayout("systemd"), CgroupLayout("cgroupfs")):
+        if holds(layout):
+            return layout
     try:
-        parents = [d for d in base.iterdir() if d.is_dir()]
+        names = [d.name for d in base.iterdir() if d.is_dir()]
     except OSError:
         return CgroupLayout()
-    found = [
-        layout
-        for d in parents
-        for layout in (
-            CgroupLayout("systemd", "/" + d.name.removesuffix(".slice"))
-            if d.name.endswith(".slice")
-            else CgroupLayout("cgroupfs", "/" + d.name),
-        )
-        if (kubepods := layout.kubepods_parts()) is not None and base.joinpath(*kubepods).is_dir()
-    ]
-    return found[0] if len(found) == 1 else CgroupLayout()
+    below = [layout for layout in map(_rooted_at, names) if holds(layout)]
+    return below[0] if len(below) == 1 else CgroupLayout()
+
+
+def _rooted_at(name: str) -> CgroupLayout:
+    """The layout of a kubelet whose ``cgroupRoot`` is the top-level folder ``name``."""
+    if name.endswith(".slice"):
+        return CgroupLayout("systemd", "/" + name.removesuffix(".slice"))
+    return CgroupLayout("cgroupfs", "/" + name)
 
 
 class LoadLoop:

@@ -43,19 +43,13 @@ from agent.load.sampler import Sampler
 from app.model.policy import load_policy
 from bench.agent_load_bench import CountingKube
 from bench.agent_load_bench import run as fixture_run
+from bench.cluster_bench import cpu_seconds
 from common.kube import ApiError, Kube
 from common.nodeload import NODELOAD_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "scheduler_config" / "policy.yaml"
 NODE = "bench-node"
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu(pid: int) -> float:
-    """utime + stime of ``pid`` in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def spread(values: list[float], fmt: str = "{:.1f}") -> str:
@@ -147,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                     wait_until(all_listed, agent.server, "every pod in the NodeLoad", 120)
                     per_sample: list[float] = []
                     for _ in range(3):  # three stretches: a median with a range
-                        before, t0 = process_cpu(pid), time.monotonic()
+                        before, t0 = cpu_seconds(pid, tree=False), time.monotonic()
                         time.sleep(args.samples / 3)
-                        per_sample.append((process_cpu(pid) - before) / (time.monotonic() - t0) * 1000)
+                        per_sample.append(
+                            (cpu_seconds(pid, tree=False) - before) / (time.monotonic() - t0) * 1000
+                        )
                     obj = kube.get(f"{NODELOAD_PATH}/{NODE}")
                 finally:
                     agent.stop()

@@ -40,6 +40,7 @@ from typing import Any
 
 import grpc
 
+from agent.cpuset import CPUSet
 from agent.cri import _stubs
 from agent.cri.client import (
     CONTAINER_NAME_LABEL,
@@ -589,3 +590,11 @@ class PrivateContainerd:
         targets = [line.split()[4] for line in lines if len(line.split()) > 4]
         for target in sorted((t for t in targets if t.startswith(base)), key=len, reverse=True):
             subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+
+
+def cpus_allowed(pid: int) -> CPUSet:
+    """``Cpus_allowed_list`` of ``/proc/<pid>/status``: the CPUs the kernel lets the process run on."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return CPUSet.parse(line.split(":", 1)[1].strip())
+    raise AssertionError(f"no Cpus_allowed_list for pid {pid}")

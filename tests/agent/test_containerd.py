@@ -17,7 +17,13 @@ from agent.manager import CPUManager
 from agent.runtime import CgroupfsRuntime, ContainerRef, CRIRuntime
 from agent.topology_sysfs import read_topology
 from common.podspec import QOSClass
-from tests.agent.containerd_harness import ContainerdUnavailable, PrivateContainerd, RunningPod, prerequisites
+from tests.agent.containerd_harness import (
+    ContainerdUnavailable,
+    PrivateContainerd,
+    RunningPod,
+    cpus_allowed,
+    prerequisites,
+)
 from tests.agent.cri_fake import NODE, SCHEDULER, container, pod, zones
 from tests.conftest import missing_part
 
@@ -59,13 +65,6 @@ def _pod_json(running: RunningPod, *, cpu: str, request_cpu: str | None, result=
     return obj
 
 
-def _cpus_allowed(pid: int) -> CPUSet:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            return CPUSet.parse(line.split(":", 1)[1].strip())
-    raise AssertionError(f"no Cpus_allowed_list for pid {pid}")
-
-
 def _kernel_view(writer: CgroupfsRuntime, running: RunningPod, qos: QOSClass) -> tuple[CPUSet, CPUSet, int]:
     """(cgroup cpuset.cpus, Cpus_allowed_list of the container's process, its pid)."""
     ref = ContainerRef(
@@ -76,7 +75,7 @@ def _kernel_view(writer: CgroupfsRuntime, running: RunningPod, qos: QOSClass) ->
     cpus = CPUSet.parse((directory / "cpuset.cpus").read_text().strip())
     pids = [int(p) for p in (directory / "cgroup.procs").read_text().split()]
     assert pids, f"no process in {directory}"
-    return cpus, _cpus_allowed(pids[0]), pids[0]
+    return cpus, cpus_allowed(pids[0]), pids[0]
 
 
 def test_exclusive_cpus_reach_the_kernel_and_return_to_the_shared_pool(

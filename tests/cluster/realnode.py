@@ -20,17 +20,18 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import shutil
 import signal
 import ssl
 import subprocess
+import sys
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.cluster.controlplane import (
     ControlPlane,
@@ -114,16 +115,10 @@ def embedded_kubeconfig(cp: ControlPlane) -> Path:
                 data = Path(user["user"].pop(key)).read_bytes()
                 user["user"][f"{key}-data"] = base64.b64encode(data).decode()
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml_dump(config))
+        # block YAML, one key a line: the recipe reads certificate-authority-data with awk
+        tmp.write_text(yaml.safe_dump(config, default_flow_style=False, width=1 << 20))
         tmp.replace(path)
     return path
-
-
-def yaml_dump(config: dict[str, Any]) -> str:
-    """Block YAML by hand (the recipe reads ``certificate-authority-data:`` with awk, one key a line)."""
-    import yaml
-
-    return yaml.safe_dump(config, default_flow_style=False, width=1 << 20)
 
 
 def require_real_nodes() -> None:
@@ -174,10 +169,6 @@ class RealNode:
     @property
     def kubelet_config(self) -> Path:
         return self.dir / "kubelet" / "config.yaml"
-
-    @property
-    def kubelet_root(self) -> Path:
-        return self.dir / "kubelet" / "root"
 
     @property
     def root(self) -> str:
@@ -339,28 +330,6 @@ def delete_pods(core: Any, names: list[str], namespace: str = "default", timeout
     )
 
 
-def container_pids(node: RealNode, pod_uid: str) -> list[int]:
-    """The pids of every process in the pod's cgroup (cpu hierarchy), the pause process included."""
-    base = Path("/sys/fs/cgroup/cpu") / node.root.strip("/")
-    pids: list[int] = []
-    for procs in base.glob(f"kubepods/**/pod{pod_uid}/*/cgroup.procs"):
-        pids += [int(p) for p in procs.read_text().split()]
-    return pids
-
-
-def cpus_allowed(pid: int) -> str:
-    """``Cpus_allowed_list`` of ``/proc/<pid>/status``: the CPUs the kernel lets the process run on."""
-    match = re.search(r"^Cpus_allowed_list:\s*(\S+)", Path(f"/proc/{pid}/status").read_text(), re.M)
-    assert match, f"no Cpus_allowed_list for pid {pid}"
-    return match.group(1)
-
-
-def sleep_until(deadline: float) -> None:
-    remaining = deadline - time.monotonic()
-    if remaining > 0:
-        time.sleep(remaining)
-
-
 @dataclass
 class NodePool:
     """Real nodes of one test module, made on first use and all removed (with their pods) by ``close()``."""
@@ -408,10 +377,6 @@ class NodeAgent:
         cpu_manager: bool = False,
         kubelet_config: Path | None = None,
     ) -> None:
-        import sys
-
-        import yaml
-
         assert cp.workdir
         work.mkdir(parents=True, exist_ok=True)
         self.port = free_port()

@@ -21,6 +21,7 @@ import pytest
 
 from agent.cpuset import CPUSet
 from common.kube import ApiError, Kube
+from tests.agent.containerd_harness import cpus_allowed
 from tests.cluster.controlplane import ControlPlane, wait_until
 from tests.cluster.realnode import (
     BURN,
@@ -28,7 +29,6 @@ from tests.cluster.realnode import (
     NodePool,
     RealNode,
     busybox_pod,
-    cpus_allowed,
     delete_pods,
     require_real_nodes,
     wait_running,
@@ -123,7 +123,7 @@ def allowed(node: RealNode, core: Any) -> dict[str, CPUSet]:
         sets = set()
         for pid in pids:
             try:
-                sets.add(CPUSet.parse(cpus_allowed(pid)))
+                sets.add(cpus_allowed(pid))
             except (OSError, AssertionError):
                 continue  # exited between the listing and the read
         if len(sets) == 1:

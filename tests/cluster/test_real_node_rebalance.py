@@ -22,10 +22,10 @@ import yaml
 from common.kube import ApiError, Kube
 from common.nodeload import NODELOAD_PATH, parse_status
 from tests.cluster.controlplane import ControlPlane, MissingPiece, wait_until
-from tests.cluster.realnode import BURN, BUSYBOX, NodeAgent, NodePool, require_real_nodes, wait_running
+from tests.cluster.realnode import BURN, NodeAgent, NodePool, busybox_pod, require_real_nodes, wait_running
 from tests.cluster.test_extender_e2e import CRD as NRT_CRD
 from tests.cluster.test_extender_e2e import SCHEDULER, Extender, scheduler_config
-from tests.cluster.test_rebalancer_e2e import NS, Rebalancer, apply, pods_of
+from tests.cluster.test_rebalancer_e2e import NS, Rebalancer, apply, deployment, pods_of
 from tests.conftest import missing_part
 
 pytestmark = pytest.mark.integration
@@ -96,30 +96,12 @@ def rig(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def busy_deployment(name: str, replicas: int) -> dict[str, Any]:
-    container = {
-        "name": "c",
-        "image": BUSYBOX,
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", BURN],
-        "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}, "limits": {"cpu": "500m"}},
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "schedulerName": SCHEDULER,
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [container],
-                },
-            },
-        },
-    }
+    """A Deployment of busy pods for Ballast's scheduler, each held at 500m."""
+    pod = busybox_pod(name, BURN, scheduler_name=SCHEDULER, requests={"cpu": "100m", "memory": "16Mi"},
+                      limits={"cpu": "500m"})  # fmt: skip
+    workload = deployment(name, replicas)
+    workload["spec"]["template"]["spec"] = pod["spec"]
+    return workload
 
 
 def cordon(core: Any, node: str, on: bool) -> None:

@@ -16,6 +16,7 @@ which a merge-patch body would violate.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -28,11 +29,15 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
+import httptools
 import orjson
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3 import exceptions as urllib3_exceptions
+
+from common.kube_lean import LeanTransport, TransportError
+from common.watch_stream import LoopReader, StreamRefused, StreamSilent, open_stream
 
 log = logging.getLogger("ballast.kube")
 
@@ -357,6 +362,57 @@ class Kube:
         finally:
             raw.release_conn()
 
+    def follow(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        timeout_seconds: int,
+        stop: threading.Event,
+        on_event: Callable[[dict[str, Any]], None],
+        *,
+        on_open: Any = None,
+        silence: float | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        """Hand every watch event to ``on_event`` until the server ends the stream or ``stop`` is set;
+        raise what ended it otherwise (as ``watch`` does).
+
+        With ``loop`` (a running event loop, the extender's), the stream is opened here and then read,
+        and ``on_event`` called, on that loop (``common.watch_stream``): this thread only waits. Without
+        one, or when the configuration needs a proxy, it is read and applied in this thread."""
+        read = silence if silence is not None else timeout_seconds + 30
+        transport = self._stream_transport() if loop is not None and not loop.is_closed() else None
+        if loop is None or transport is None:
+            for event in self.watch(path, params, timeout_seconds, stop, on_open=on_open, silence=silence):
+                on_event(event)
+                if stop.is_set():
+                    return
+            return
+        query = dict(params)
+        query.update({"watch": "true", "timeoutSeconds": str(timeout_seconds)})
+        try:
+            sock, reply = open_stream(transport, path, query, self.timeout, read)
+        except StreamRefused as exc:
+            raise _api_error(exc.status, exc.reason, exc.body) from exc
+        except StreamSilent as exc:
+            raise WatchStalled(path, read) from exc
+        except (OSError, httptools.HttpParserError, TransportError) as exc:
+            raise ApiError(0, "Unavailable", f"GET {path}: {type(exc).__name__}: {exc}") from exc
+        reader = LoopReader(loop, sock, reply, on_event, stop)
+        if on_open is not None:
+            on_open(reader)
+        try:
+            reader.wait(read)
+        except StreamSilent as exc:
+            raise WatchStalled(path, read) from exc
+
+    def _stream_transport(self) -> LeanTransport | None:
+        """The server, TLS and credentials for watches read on an event loop (built once); ``None``
+        when the configuration needs a proxy."""
+        if not hasattr(self, "_lean"):
+            self._lean = LeanTransport.from_api_client(self.api_client)
+        return self._lean
+
 
 def _read_timeout(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or what caused it) is a socket read that waited its whole timeout."""
@@ -503,6 +559,9 @@ class Reflector:
         self._thread: threading.Thread | None = None
         self._response: Any = None
         self.resource_version = ""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop to read and apply the watch on (the extender's, ``ClusterCache.start``);
+        ``None``: in the reflector's own thread."""
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name=f"reflector-{self.name}", daemon=True)
@@ -578,8 +637,9 @@ class Reflector:
                             exc.message,
                             self.backoff_max,
                         )
+                    if not self.missing:
+                        self.handler.replace([], "")  # once: every retry would redo the consumers' work
                     self.missing = True
-                    self.handler.replace([], "")
                     self.synced.set()
                     need_list = True
                     self._stop.wait(self.backoff_max)
@@ -647,28 +707,36 @@ class Reflector:
             self.stats.failing_since = None
 
         try:
-            events = self.kube.watch(
-                self.path, params, timeout, self._stop, on_open=opened, silence=self.stall_seconds
+            self.kube.follow(
+                self.path,
+                params,
+                timeout,
+                self._stop,
+                self._event,
+                on_open=opened,
+                silence=self.stall_seconds,
+                loop=self.loop,
             )
-            for event in events:
-                kind = event.get("type")
-                obj = event.get("object") or {}
-                if kind == "ERROR":
-                    code = int(obj.get("code") or 0)
-                    raise ApiError(code, str(obj.get("reason") or ""), str(obj.get("message") or ""), obj)
-                rv = (obj.get("metadata") or {}).get("resourceVersion")
-                self.stats.last_event = time.monotonic()
-                if kind == "BOOKMARK":
-                    if rv:
-                        self.resource_version = str(rv)
-                    continue
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self.stats.events += 1
-                    self._apply(kind, obj)
-                    if rv:
-                        self.resource_version = str(rv)
-                if self._stop.is_set():
-                    return False
         finally:
             self._response = None
         return False
+
+    def _event(self, event: dict[str, Any]) -> None:
+        """One watch event: an ERROR is raised (``410``: relist), a bookmark moves the resourceVersion,
+        a change goes to the handler."""
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = int(obj.get("code") or 0)
+            raise ApiError(code, str(obj.get("reason") or ""), str(obj.get("message") or ""), obj)
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        self.stats.last_event = time.monotonic()
+        if kind == "BOOKMARK":
+            if rv:
+                self.resource_version = str(rv)
+            return
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self.stats.events += 1
+            self._apply(kind, obj)
+            if rv:
+                self.resource_version = str(rv)

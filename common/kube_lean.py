@@ -77,7 +77,7 @@ class Headers(dict[str, str]):
         return super().get(key.lower(), default)
 
 
-class _Reply:
+class Reply:
     """httptools' callbacks: the reply's status, headers and body as they are parsed."""
 
     __slots__ = ("body", "complete", "headers", "keep_alive", "parser", "reason", "status")
@@ -151,9 +151,9 @@ class _Connection:
         else:
             self.loop.call_soon_threadsafe(self.writer.close)
 
-    async def reply(self) -> tuple[int, _Reply, bool]:
+    async def reply(self) -> tuple[int, Reply, bool]:
         """Read one reply: its status, what was parsed, and whether the connection may be reused."""
-        got = _Reply()
+        got = Reply()
         while not got.complete:
             chunk = await self.reader.read(READ_SIZE)
             if not chunk:
@@ -243,7 +243,7 @@ class LeanTransport:
         for conn in pool:
             conn.close()
 
-    def _head(self, method: str, path: str, body: bytes | None, content_type: str | None,
+    def head(self, method: str, path: str, body: bytes | None, content_type: str | None,
               query: Mapping[str, str] | None) -> bytes:  # fmt: skip
         target = self.prefix + path
         if query:
@@ -273,7 +273,7 @@ class LeanTransport:
     ) -> tuple[int, str, bytes, Headers]:
         """One attempt: ``(status, reason, body, headers)`` of the answer, whatever its status;
         ``TransportError`` when there is no answer within ``timeout`` seconds."""
-        head = self._head(method, path, body, content_type, query)
+        head = self.head(method, path, body, content_type, query)
         conn: _Connection | None = None
         try:
             async with asyncio.timeout(timeout):

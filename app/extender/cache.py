@@ -8,6 +8,7 @@ recorded at its ``PodScheduled`` time, and a deleted or finished pod leaves at o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
@@ -398,8 +399,12 @@ class ClusterCache:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Follow every collection; with ``loop`` (the extender's running event loop) the watches are
+        read and applied on it, between the verbs, instead of in threads that fight it for the GIL at
+        every event (lists stay in the reflectors' threads)."""
         for r in self.reflectors:
+            r.loop = loop
             r.start()
 
     def stop(self) -> None:

@@ -225,7 +225,7 @@ def create_app(
             if policy_poll_seconds > 0:
                 tasks.append(asyncio.create_task(_watch_policy(store, policy_poll_seconds)))
         if cache is not None:
-            cache.start()
+            cache.start(loop)
         for start in background or []:
             result = start()
             if asyncio.iscoroutine(result):

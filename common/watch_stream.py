@@ -131,6 +131,7 @@ class LoopReader:
         self.stop = stop
         self.events_per_turn = events_per_turn
         self.fd = sock.fileno()
+        self.tls = isinstance(sock, ssl.SSLSocket)
         self.last_byte = time.monotonic()
         """``time.monotonic()`` of the last read that brought bytes (the stall bound's clock)."""
         self.events = 0
@@ -160,10 +161,11 @@ class LoopReader:
     def _readable(self) -> None:
         if self.done.is_set():
             return
+        sock = self.sock
         try:
             while True:
                 try:
-                    n = self.sock.recv_into(self._buf)
+                    n = sock.recv_into(self._buf)
                 except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
                     break
                 if not n:
@@ -171,6 +173,10 @@ class LoopReader:
                     break
                 self.last_byte = time.monotonic()
                 self.reply.parser.feed_data(self._view[:n])
+                if n < READ_SIZE and not (self.tls and sock.pending()):
+                    # Drained: what the kernel still holds makes the socket readable again (OpenSSL reads
+                    # one record at a time), so no second read just to be told there is nothing.
+                    break
         except Exception as exc:
             self._finish(exc)
             return

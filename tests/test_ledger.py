@@ -64,3 +64,40 @@ def test_the_estimates_store_is_bounded_and_a_clock_stepped_back_returns_nothing
     assert len(store) == 1
     clock.now -= 100  # the wall clock stepped back: "e" is younger than ever, nothing comes back
     assert [u for u, _ in store.items()] == ["e"]
+
+
+def _pod(uid: str, cpu: int = 500):
+    from app.model.podinfo import PodInfo
+
+    return PodInfo("default", uid, uid, False, cpu, cpu, 1 << 28, 1 << 28)
+
+
+def test_a_pod_bound_where_it_was_held_counts_from_its_hold_and_changes_nothing_to_hear() -> None:
+    """The pod watch reports a placement with PodScheduled's whole seconds, earlier than the hold the
+    pod was bound after: the placement keeps the hold's time, so it counts exactly as the hold did and
+    the listeners (the verdict boards) are not told; bound elsewhere, or another size, they are."""
+    clock = Clock()
+    ledger = Ledger(load_policy(POLICY_FILE), clock)
+    heard: list[set[str]] = []
+    ledger.listeners.append(heard.append)
+    clock.now = 1_000_000.4
+    ledger.hold(_pod("a"), "n1", clock.now)
+    ledger.hold(_pod("b"), "n1", clock.now)
+    ledger.hold(_pod("c"), "n1", clock.now)
+    assert heard == [{"n1"}, {"n1"}, {"n1"}]
+    heard.clear()
+    clock.now += 0.01
+    ledger.bound(_pod("a"), "a", "n1", 1_000_000.0)  # PodScheduled's second, before the hold
+    a = ledger.known("a")
+    assert a is not None and not a.tentative and a.at == 1_000_000.4
+    assert heard == []
+    ledger.bound(_pod("b"), "b", "n2", 1_000_000.0)  # bound elsewhere: both nodes change
+    assert heard == [{"n1", "n2"}] and ledger.known("b").at == 1_000_000.0
+    heard.clear()
+    ledger.bound(_pod("c", cpu=900), "c", "n1", 1_000_000.0)  # resized since its hold
+    assert heard == [{"n1"}]
+    heard.clear()
+    ledger.hold(_pod("d"), "n1", clock.now)
+    heard.clear()
+    ledger.bound(_pod("d"), "d", "n1", clock.now + 0.5)  # the bind verb's own clock: after the hold
+    assert heard == [{"n1"}] and ledger.known("d").at == clock.now + 0.5

@@ -139,6 +139,8 @@ class LoopReader:
         self.closing = False
         """Set (from either thread) once the stream is to end: no event is applied after it."""
         self.done = threading.Event()
+        self._closed_with: BaseException | None = None
+        """What ``close`` was asked to end the stream with (a stall), whichever side ends it."""
         self._eof = False
         self._start = 0
         """Where the first unapplied line starts in ``reply.data``."""
@@ -170,6 +172,7 @@ class LoopReader:
                     break
                 if not n:
                     self._eof = True
+                    self.loop.remove_reader(self.fd)  # a closed socket would be readable at every turn
                     break
                 self.last_byte = time.monotonic()
                 self.reply.parser.feed_data(self._view[:n])
@@ -180,7 +183,8 @@ class LoopReader:
         except Exception as exc:
             self._finish(exc)
             return
-        self._apply()
+        if not self._again:  # else a turn already scheduled applies what came, in order
+            self._apply()
 
     def _apply(self) -> None:
         self._again = False
@@ -232,7 +236,7 @@ class LoopReader:
         if self.done.is_set():
             return
         self.closing = True
-        self.error = error
+        self.error = error if error is not None else self._closed_with
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.fd)
         with contextlib.suppress(OSError):
@@ -262,15 +266,18 @@ class LoopReader:
             if self.loop.is_closed():
                 self.close(None)
                 return
-        if self.error is not None:
-            raise self.error
+        error = self.error if self.done.is_set() else self._closed_with  # a loop too busy to finish
+        if error is not None:
+            raise error
 
     def close(self, error: BaseException | None = None) -> None:
         """End the stream from any thread (``Reflector.stop`` calls ``shutdown``): no event is applied
         after this returns, unless the loop is stuck for ``CLOSE_WAIT_SECONDS``."""
-        self.closing = True
         if self.done.is_set():
             return
+        if self._closed_with is None:
+            self._closed_with = error
+        self.closing = True
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

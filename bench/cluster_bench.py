@@ -178,8 +178,8 @@ def thread_cpu_seconds(pid: int, tid: int) -> float:
 
 LOOP = "/loop"
 """Suffix of an extender's main-thread entry in the CPU readings: under uvicorn, the event loop serving
-every request (and Ballast's binds, awaited there); the rest of the process is the echo's bind workers
-and Ballast's watches."""
+every request (and Ballast's binds and watch events, both handled there); the rest of the process is the
+echo's bind workers and Ballast's reflector threads (lists, and opening each watch)."""
 
 
 def children(pid: int) -> list[int]:
@@ -468,8 +468,8 @@ def report(modes: list[str], rates: dict[str, list[float]], cpu: dict[str, list[
     split = [m for m in modes if m != "none" and any(split_mode(m)[0] + LOOP in c for c in cpu[m])]
     if split:
         print("\nThe serving extender's CPU milliseconds per pod by thread, median (range): uvicorn's")
-        print("event loop (the main thread: HTTP, the verbs' decisions, Ballast's binds) and every other")
-        print("thread (the echo's bind workers, Ballast's watches):\n")
+        print("event loop (the main thread: HTTP, the verbs' decisions, Ballast's binds and watch events)")
+        print("and every other thread (the echo's bind workers, Ballast's lists and watch openings):\n")
         print("| mode | event loop | other threads |")
         print("|---|---:|---:|")
         for mode in split:

@@ -3,7 +3,8 @@
 A loopback control plane (etcd + kube-apiserver + kube-scheduler v1.36.2, ``tests/cluster``) holds 100
 nodes with fresh load annotations. For each run a backlog of small pods is created while no scheduler
 runs; then kube-scheduler starts and drains it, and a pod watch times the first to the last binding.
-Modes alternate within one run of the bench, so machine noise hits them alike:
+Modes alternate within one run of the bench, so machine noise hits them alike, in the given order in odd
+rounds and in the reverse order in even ones, so that no mode always runs after the same one:
 
 - ``none``: kube-scheduler alone;
 - ``echo``: a bare FastAPI extender (``bench.echo_extender``: filter + prioritize, names mode) - the floor,
@@ -512,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         names = create_nodes(api, args.nodes, loads)
         with extenders(cp, args.ballast_log_level, servers) as (urls, pids):
             for r in range(args.rounds):
-                for mode in modes:
+                for mode in modes if r % 2 == 0 else modes[::-1]:
                     refresh_loads(api, names, loads)
                     pods = small_pods(args.pods, f"r{r}-{mode.replace('@', '-')}")
                     rate, _, per_pod = drain(cp, api, mode_config(mode, urls), pods, pids=pids)

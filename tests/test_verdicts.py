@@ -27,6 +27,7 @@ from tests.node_source import StaticSource
 from tests.oracle import Oracle
 
 POLICY = load_policy(POLICY_FILE)
+CRANE = dataclasses.replace(POLICY, scoring="crane")
 NOW = 1_800_000_000.0
 METRICS = list(POLICY.sync_periods)
 
@@ -83,7 +84,9 @@ def test_judge_equals_check_node(spec, estimates, pod) -> None:
     fast = judge(d, incoming.cpu_milli, incoming.memory_bytes, NOW)
     if fast is not UNSURE:
         assert (fast.reason if fast else None) == (exact.reason if exact else None)
-    assert d.score == score_node(load, POLICY, NOW, ledger.extra(load, NOW)).score
+    assert d.score == 0  # relative scoring (the default) ranks by projected load: crane's score unused
+    crane = derive(load, CRANE, ledger, NOW)
+    assert crane.score == score_node(load, CRANE, NOW, ledger.extra(load, NOW)).score
     # relative scoring: the board's standing load plus the pod's slope is the exact load after the pod
     size = (incoming.cpu_milli, incoming.memory_bytes)
     exact_after = projected_load(load, POLICY, NOW, ledger.extra(load, NOW), size)

@@ -5,7 +5,8 @@ estimate on it changes (hold, bind, pod watch), (c) the policy changes, or (d) t
 estimate expire. The board recomputes a node on (a)-(c) as they happen and on (d) via a heap of
 expiry times, and keeps:
 
-- ``scored[node]``: crane's prioritize score (0..10) with the node's current estimates, and its JSON;
+- ``scored[node]``: crane's prioritize score (0..10) with the node's current estimates, and its JSON,
+  kept under crane's scoring only (relative scoring ranks by projected load and never reads it);
 - ``projection[node]``: the node's projected load with its current estimates and how much a millicore and
   a byte of estimate add to it (``app.model.load.project``), for relative scoring, and
   ``fragments[node]``: its ``{"Host":name,"Score":n}`` pre-encoded for every n in 0..10;
@@ -104,6 +105,8 @@ class Derived:
     memory_room: float
     blocked: bool
     score: int
+    """crane's score (``score_node``) under crane's scoring; 0 under relative scoring, which never reads
+    it."""
     checks: tuple[Check, ...] = ()
     projection: Projection = (None, 0.0, 0.0)
     """(projected load with the node's estimates, its growth per millicore, per byte)."""
@@ -203,7 +206,8 @@ def _by_amounts(
     """What the node's estimated amounts (``extra``) enter: whether its limits block, its score and its
     projected load. ``derive`` works them out with the rest; ``_shifted`` only these."""
     blocked = check_node(load, policy, now, extra) is not None
-    return blocked, score_node(load, policy, now, extra).score, project(load, policy, now, extra)
+    score = score_node(load, policy, now, extra).score if policy.scoring == "crane" else 0
+    return blocked, score, project(load, policy, now, extra)
 
 
 def _shifted(
@@ -486,9 +490,10 @@ class VerdictBoard:
         frags = self.fragments.get(name)
         if frags is None:
             frags = self.fragments[name] = fragments(name)
-        entry = self.scored.get(name)
-        if entry is None or entry[0] != d.score:
-            self.scored[name] = (d.score, frags[d.score])  # the same bytes: no second copy per node
+        if d.policy is not None and d.policy.scoring == "crane":
+            entry = self.scored.get(name)
+            if entry is None or entry[0] != d.score:
+                self.scored[name] = (d.score, frags[d.score])  # the same bytes: no second copy per node
         self.projection[name] = d.projection
         (self.blocked.add if d.blocked else self.blocked.discard)(name)
         for room, tiers, sets in (

@@ -251,9 +251,10 @@ class BindWatch:
         # the bench's own process alone: the servers it started are its children
         pids = self.pids()
         out = {name: cpu_seconds(pid, name != "bench") for name, pid in pids.items()}
-        for name in ("echo", "ballast"):
-            if name in pids:  # uvicorn serves from the process's main thread (granian from a child)
-                out[name + LOOP] = thread_cpu_seconds(pids[name], pids[name])
+        for name, pid in pids.items():
+            # uvicorn serves from the process's main thread (granian from a child)
+            if name.partition("@")[0] in ("echo", "ballast") and not name.endswith("@granian"):
+                out[name + LOOP] = thread_cpu_seconds(pid, pid)
         return out
 
     def cpu_per_pod(self) -> dict[str, float]:
@@ -312,6 +313,9 @@ def small_pods(count: int, prefix: str) -> list[dict[str, Any]]:
     ]
 
 
+WATCH_THREADS = "uvicorn-watch-threads"
+"""The server name for Ballast under uvicorn with its watches followed in threads rather than on its event
+loop (``bench.threaded_watches``); the echo has no watch and no second copy."""
 NO_UVLOOP = "uvicorn-asyncio"
 """The server name for both extenders under uvicorn with uvloop's import blocked: asyncio's event loop
 beside uvloop's, to measure uvloop once it is installed (``pip install uvloop``)."""
@@ -328,6 +332,10 @@ def _uvloop_blocked() -> str:
 
 def extender_cmds(cp: ControlPlane, server: str, log_level: str) -> dict[str, tuple[list[str], int, dict]]:
     """The echo extender's and Ballast's commands for ``server``: name -> (argv, port, environment)."""
+    if server == WATCH_THREADS:
+        argv, port, env = extender_cmds(cp, "uvicorn", log_level)["ballast"]
+        threaded = [sys.executable, "-m", "bench.threaded_watches", *argv[argv.index("ballast") + 1 :]]
+        return {f"ballast@{server}": (threaded, port, env)}
     if server == NO_UVLOOP:
         paths = [_uvloop_blocked(), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         blocked = {"PYTHONPATH": os.pathsep.join(paths)}
@@ -492,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         "--servers",
         default="uvicorn",
         help="ASGI servers for both extenders: uvicorn (as shipped), granian (modes NAME@granian), "
-        f"{NO_UVLOOP} (uvicorn with uvloop's import blocked: asyncio's event loop)",
+        f"{NO_UVLOOP} (uvicorn with uvloop's import blocked: asyncio's event loop), {WATCH_THREADS} "
+        "(Ballast only, its watches followed in threads)",
     )
     parser.add_argument(
         "--ballast-log-level", default="info", help="Ballast's --log-level (info: as deployed by default)"
@@ -500,7 +509,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     servers = [s for s in args.servers.split(",") if s]
     base_modes = [m for m in args.modes.split(",") if m]
-    modes = [m + ("" if s == "uvicorn" or m == "none" else f"@{s}") for s in servers for m in base_modes]
+    modes = [
+        m + ("" if s == "uvicorn" or m == "none" else f"@{s}")
+        for s in servers
+        for m in base_modes
+        if not (s == WATCH_THREADS and m.startswith("echo"))
+    ]
     modes = list(dict.fromkeys(modes))
     rng = random.Random(14)
     loads = [rng.uniform(0.10, 0.40) for _ in range(args.nodes)]

@@ -1,0 +1,27 @@
+"""``ballast extender`` with its watches followed in the reflectors' own threads instead of on the event
+loop that serves the verbs: the cluster bench's server ``uvicorn-watch-threads`` (``--servers
+uvicorn,uvicorn-watch-threads``) runs it beside the shipped extender to measure what reading the watches on
+the loop changes.
+
+    python -m bench.threaded_watches extender --policy ... [every flag of ballast extender]
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from app.extender.cache import ClusterCache
+from ballast.cli import main
+
+
+def _in_threads(start: Any) -> Any:
+    def start_in_threads(self: ClusterCache, loop: Any = None) -> None:
+        start(self, None)
+
+    return start_in_threads
+
+
+if __name__ == "__main__":
+    ClusterCache.start = _in_threads(ClusterCache.start)  # type: ignore[method-assign]
+    sys.exit(main())

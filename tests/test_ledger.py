@@ -101,28 +101,3 @@ def test_a_pod_bound_where_it_was_held_counts_from_its_hold_and_changes_nothing_
     heard.clear()
     ledger.bound(_pod("d"), "d", "n1", clock.now + 0.5)  # the bind verb's own clock: after the hold
     assert heard == [{"n1"}] and ledger.known("d").at == clock.now + 0.5
-
-
-def test_a_bind_after_its_hold_is_unannounced_only_when_no_measurement_of_the_node_came_between() -> None:
-    """The bind verb records a placement at its own (later) time, with the node it judged: no measurement
-    of the node taken between the hold and the bind means every metric counts the pod as the hold did,
-    and nothing is announced; a measurement in between counts it differently, and is announced."""
-    from app.model.annotations import Sample
-    from app.model.nodestate import NodeLoad
-
-    clock = Clock()
-    ledger = Ledger(load_policy(POLICY_FILE), clock)
-    heard: list[set[str]] = []
-    ledger.listeners.append(heard.append)
-    hold_at = clock.now
-    for uid in ("a", "b"):
-        ledger.hold(_pod(uid), "n1", hold_at)
-    heard.clear()
-    held = ledger.known("a")
-    size = (held.cpu_milli, held.memory_bytes)  # what the bind's pre-check sizes the pod by
-    before = NodeLoad("n1", {"cpu_usage_avg_5m": Sample(0.3, hold_at - 30)})
-    ledger.bound(None, "a", "n1", hold_at + 0.02, "default/a", size=size, load=before)
-    assert heard == [] and ledger.known("a").at == hold_at + 0.02
-    between = NodeLoad("n1", {"cpu_usage_avg_5m": Sample(0.3, hold_at + 0.01)})
-    ledger.bound(None, "b", "n1", hold_at + 0.02, "default/b", size=size, load=between)
-    assert heard == [{"n1"}]

@@ -99,7 +99,7 @@ class LoadPreBind:
             before = self.ledger.known(args.pod_uid)
             if before is not None and not before.tentative:
                 return None  # placed already (a retried bind): that record is not this bind's to undo
-            self.ledger.bound(None, args.pod_uid, args.node, now, name, size=size[:2], load=load)
+            self.ledger.bound(None, args.pod_uid, args.node, now, name, size=size[:2])
 
         async def undo() -> None:
             # A Binding whose reply was lost may have landed: once the pod watch has seen the pod there, the

@@ -198,13 +198,11 @@ class Ledger:
         at: float,
         name: str = "",
         size: tuple[int, int] | None = None,
-        load: NodeLoad | None = None,
     ) -> None:
         """Record a pod placed on ``node`` at ``at``; keeps an existing record for the same node.
 
         The size comes from ``size`` (estimated cpu millicores, memory bytes), else from ``pod``, else
-        from the pod's tentative hold. ``load``, the node as the caller judged it, lets a placement after
-        its hold go unannounced when no measurement of the node falls between the two (``_same_count``)."""
+        from the pod's tentative hold."""
         now = self.clock()
         touched: set[str] = set()
         with self._lock:
@@ -236,30 +234,23 @@ class Ledger:
                 e = Estimate(uid, name or known[2], node, known[0], known[1], at)
                 self._bound[uid] = e
                 self._index(e, touched)
-                if existing is None and self._same_count(held, e, load):
+                if existing is None and self._same_count(held, e):
                     touched.discard(node)
         self._notify(touched)
 
-    def _same_count(self, held: Estimate | None, placed: Estimate, load: NodeLoad | None) -> bool:
-        """Whether a placement counts exactly as its hold did: the pod the scheduler just bound where it
-        was held, the common case. Same node and size, and placed at the hold's time, or later with no
-        measurement of the node (``load``'s samples) taken in between: then every metric counts it
-        against the same measurements, now as before. Listeners need not hear of it: a board that
-        expects the hold to leave at its tentative TTL merely looks again then, no later than the
-        placement could stop counting (when that TTL is the shorter)."""
-        if (
-            held is None
-            or held.node != placed.node
-            or held.cpu_milli != placed.cpu_milli
-            or held.memory_bytes != placed.memory_bytes
-            or self._policy.estimation.tentative_ttl > self.shortest_ttl
-        ):
-            return False
-        if held.at == placed.at:
-            return True
-        if load is None or load.name != placed.node or held.at > placed.at:
-            return False
-        return not any(held.at < s.order_at <= placed.at for s in load.samples.values())
+    def _same_count(self, held: Estimate | None, placed: Estimate) -> bool:
+        """Whether a placement counts exactly as its hold did (same node, size and time): the pod the
+        scheduler just bound where it was held, the common case. Listeners need not hear of it: every
+        metric counts it as before, and a board that expects the hold to leave at its tentative TTL
+        merely looks again then (no later than a placement's, when that TTL is the shorter)."""
+        return (
+            held is not None
+            and held.node == placed.node
+            and held.at == placed.at
+            and held.cpu_milli == placed.cpu_milli
+            and held.memory_bytes == placed.memory_bytes
+            and self._policy.estimation.tentative_ttl <= self.shortest_ttl
+        )
 
     def forget(self, uid: str) -> None:
         """A pod deleted, finished or failed to bind: its estimate leaves at once."""

@@ -227,30 +227,10 @@ class Ledger:
             # Unknown size (the pod watch will report it) or placed so long ago that every measurement
             # already includes it: nothing to record.
             if known is not None and at + longest > now:
-                if held is not None and held.node == node and held.at > at:
-                    # The caller's clock is coarser than the hold's (PodScheduled has whole seconds) and
-                    # the pod was bound after its hold: the hold's time is the closer lower bound.
-                    at = held.at
                 e = Estimate(uid, name or known[2], node, known[0], known[1], at)
                 self._bound[uid] = e
                 self._index(e, touched)
-                if existing is None and self._same_count(held, e):
-                    touched.discard(node)
         self._notify(touched)
-
-    def _same_count(self, held: Estimate | None, placed: Estimate) -> bool:
-        """Whether a placement counts exactly as its hold did (same node, size and time): the pod the
-        scheduler just bound where it was held, the common case. Listeners need not hear of it: every
-        metric counts it as before, and a board that expects the hold to leave at its tentative TTL
-        merely looks again then (no later than a placement's, when that TTL is the shorter)."""
-        return (
-            held is not None
-            and held.node == placed.node
-            and held.at == placed.at
-            and held.cpu_milli == placed.cpu_milli
-            and held.memory_bytes == placed.memory_bytes
-            and self._policy.estimation.tentative_ttl <= self.shortest_ttl
-        )
 
     def forget(self, uid: str) -> None:
         """A pod deleted, finished or failed to bind: its estimate leaves at once."""

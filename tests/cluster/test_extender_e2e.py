@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -368,12 +369,16 @@ def test_restarting_the_api_server_mid_drain_binds_every_pod_once(
     the binds that failed, and every pod ends bound once, counted once on its node by the extender."""
     core = cluster.core()
     create_nodes(core, [node_body(f"n{i}", annotations=load(0.10)) for i in range(4)])
-    names = [f"drain-{i:03d}" for i in range(120)]
+    names = [f"drain-{i:03d}" for i in range(240)]
     cluster.stop_scheduler()  # a backlog, so the restart lands mid-drain
     create_pods(core, names, requests={"cpu": "10m"})
     cluster.start_scheduler(scheduler_config(ballast.url))
-    wait_until(lambda: len(bound_pods(core)) >= 5, None, "the drain under way")
-    before = len(bound_pods(core))
+    # Polled closely: kube-scheduler drains a few hundred pods a second here, so a poll every 0.2 s could
+    # see the drain only once it is over.
+    deadline = time.monotonic() + 60
+    while (before := len(bound_pods(core))) < 5:
+        assert time.monotonic() < deadline, "the drain never started"
+        time.sleep(0.01)
     cluster.restart_apiserver(kill=True)
     assert before < len(names), "the drain ended before the restart: nothing was tested"
     core = cluster.core()

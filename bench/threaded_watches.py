@@ -9,19 +9,11 @@ the loop changes.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from app.extender.cache import ClusterCache
 from ballast.cli import main
 
-
-def _in_threads(start: Any) -> Any:
-    def start_in_threads(self: ClusterCache, loop: Any = None) -> None:
-        start(self, None)
-
-    return start_in_threads
-
-
 if __name__ == "__main__":
-    ClusterCache.start = _in_threads(ClusterCache.start)  # type: ignore[method-assign]
+    start = ClusterCache.start
+    ClusterCache.start = lambda self, loop=None: start(self)  # type: ignore[method-assign]
     sys.exit(main())

@@ -637,7 +637,6 @@ class Reflector:
                             exc.message,
                             self.backoff_max,
                         )
-                    if not self.missing:
                         self.handler.replace([], "")  # once: every retry would redo the consumers' work
                     self.missing = True
                     self.synced.set()

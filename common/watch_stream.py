@@ -1,9 +1,10 @@
 """A watch stream read on an asyncio event loop: the extender follows its watches where it serves.
 
 A watch followed in its own thread (urllib3 reading, the handler applying) hands the GIL back and forth
-with the event loop for every event while pods flow: under the real kube-scheduler that cost the
-extender about as much CPU per pod as its verbs (thousands of futex wake-ups per 500 pods; the bench's
-thread table). Here the reflector's thread only opens the stream (connect, TLS, the request, the reply's
+with the event loop for every event while pods flow (thousands of futex wake-ups per 500 pods under the
+real kube-scheduler), and its handler runs in the middle of whatever a verb is deciding. The CPU is about
+the same either way (``docs/performance.md``, the pod watch); what changes is the scheduling. Here the
+reflector's thread only opens the stream (connect, TLS, the request, the reply's
 head: blocking work done once per watch) and hands the socket to the event loop, which reads it when it
 is readable (``add_reader``, non-blocking ``recv_into``: no asyncio transport and no ``sslproto`` layer
 in between), parses it with ``httptools`` (llhttp, which also undoes the chunked framing) and applies

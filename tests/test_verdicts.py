@@ -294,13 +294,16 @@ def _standing(d) -> tuple:
 def test_a_board_following_the_ledger_equals_a_recomputation(specs, ops) -> None:
     """Holds, binds (on the hold's node and elsewhere) and forgets with time moving on: after each, every
     node's standing verdict on the board (kept when the change moved nothing it depends on, else worked out
-    again) equals one worked out from scratch, expiry included."""
+    again) equals one worked out from scratch, expiry included, and the loads kept per pod size follow."""
     clock = [NOW]
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     ledger = Ledger(POLICY, clock=lambda: clock[0])
     board = VerdictBoard(loads.get, lambda: POLICY, ledger)
     ledger.listeners.append(lambda nodes: board.update(nodes, clock[0], estimates_only=True))
     board.rebuild(list(loads), clock[0])
+    sizes = [(250, 256 << 20), (1000, 0), (0, 1 << 30)]
+    for cpu, mem in sizes:
+        board.loads_for(cpu, mem)  # kept from here on, as the nodes change
     for op, pod, node, (cpu, mem), dt in ops:
         clock[0] += dt
         p, name = info(f"p{pod}", cpu, mem), f"n{node % len(loads)}"
@@ -316,6 +319,11 @@ def test_a_board_following_the_ledger_equals_a_recomputation(specs, ops) -> None
         board.refresh(clock[0])
         for n, load in loads.items():
             assert _standing(board.derived[n]) == _standing(derive(load, POLICY, ledger, clock[0])), n
+        for cpu, mem in sizes:
+            with_pod = {
+                n: None if b is None else b + cpu * c + mem * m for n, (b, c, m) in board.projection.items()
+            }
+            assert board.loads_for(cpu, mem) == with_pod
 
 
 def _one_node_following_the_ledger(clock: list[float]) -> tuple[NodeLoad, Ledger, VerdictBoard]:

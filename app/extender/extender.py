@@ -485,19 +485,14 @@ class Extender:
         encoded: bool,
     ) -> list[dict] | bytes:
         """Relative scores: each candidate's standing projected load from the board plus this pod's
-        estimate (one multiply-add per node), ranked over the candidates. Exactly computed are only the node
+        estimate (``VerdictBoard.loads_for``), ranked over the candidates. Exactly computed are only the node
         holding this pod's own estimate and names the board lacks."""
-        entries = list(map(board.projection.get, names))  # C-level; None for names the board lacks
         incoming = self.incoming(pod, now)
         cpu, mem = _size(incoming)
-        lacking = None in entries
-        exact = self._scored_exactly(pod, names, entries if lacking else ())
-        if lacking:
-            entries = [e if e is not None else _NO_PROJECTION for e in entries]
-        if cpu or mem:
-            loads = [None if b is None else b + cpu * c + mem * m for b, c, m in entries]
-        else:
-            loads = list(map(_load_of, entries))
+        # C-level; None for a node without information and for a name the board lacks
+        loads = list(map(board.loads_for(cpu, mem).get, names))
+        entries = list(map(board.projection.get, names)) if None in loads else ()
+        exact = self._scored_exactly(pod, names, entries if None in entries else ())
         for name in exact:
             value = self._exact_load(lookup, name, pod, policy, now, incoming)
             for i in _positions(names, name):
@@ -617,8 +612,6 @@ class Extender:
 
 
 _score_of = itemgetter(0)
-_load_of = itemgetter(0)
-_NO_PROJECTION: tuple[float | None, float, float] = (None, 0.0, 0.0)
 _json_of = itemgetter(1)
 _FEW_EXACT = 8
 """Up to this many exactly scored nodes, prioritize still answers from the pre-encoded fragments."""

@@ -9,7 +9,9 @@ expiry times, and keeps:
   kept under crane's scoring only (relative scoring ranks by projected load and never reads it);
 - ``projection[node]``: the node's projected load with its current estimates and how much a millicore and
   a byte of estimate add to it (``app.model.load.project``), for relative scoring, and
-  ``fragments[node]``: its ``{"Host":name,"Score":n}`` pre-encoded for every n in 0..10;
+  ``fragments[node]``: its ``{"Host":name,"Score":n}`` pre-encoded for every n in 0..10, and
+  ``loads_for(cpu, mem)``: every node's projected load with a pod of that size, kept for the few sizes asked
+  about lately;
 - ``room``: per node the spare capacity, in millicores and bytes, before the tightest fresh predicate of
   that resource would be crossed, counting estimates already on the node;
 - ``blocked``: nodes already over a limit, whatever the pod;
@@ -36,7 +38,6 @@ import heapq
 import logging
 import math
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import filterfalse
@@ -366,6 +367,15 @@ class VerdictMemo:
         self.passed.discard(name)
 
 
+_SIZES = 8
+"""Pod sizes ``loads_for`` keeps a table for."""
+
+
+def _with_pod(projection: Projection, cpu_milli: int, memory_bytes: int) -> float | None:
+    load, per_milli, per_byte = projection
+    return None if load is None else load + cpu_milli * per_milli + memory_bytes * per_byte
+
+
 _MAX_MEMOS = 64
 """Distinct pod sizes remembered within one second; more (an unusual burst of sizes) starts over."""
 
@@ -397,6 +407,27 @@ class VerdictBoard:
         self._memo_second = -1
         self._pending: set[str] = set()
         """Nodes changed by ``defer``, recomputed at the next ``settle`` or ``refresh``."""
+        self._sized: dict[tuple[int, int], dict[str, float | None]] = {}
+        """``loads_for``'s tables, by pod size, the oldest first."""
+
+    def loads_for(self, cpu_milli: int, memory_bytes: int) -> dict[str, float | None]:
+        """Every node's projected load with a pod of ``cpu_milli`` and ``memory_bytes`` added (``None``: no
+        information), the same floats as ``load + cpu * per_milli + mem * per_byte`` from ``projection``.
+
+        Pods come in a few sizes (a burst is one), and prioritize ranks every candidate by this sum: the
+        table is built once per size and kept as nodes change (one multiply-add per kept size), so a
+        request reads one dict per candidate instead of unpacking and summing. ``_SIZES`` tables at most;
+        a new size past it replaces the oldest."""
+        key = (cpu_milli, memory_bytes)
+        table = self._sized.get(key)
+        if table is None:
+            with self._lock:
+                table = {name: _with_pod(p, cpu_milli, memory_bytes) for name, p in self.projection.items()}
+                sized = self._sized
+                while len(sized) >= _SIZES:
+                    del sized[next(iter(sized))]
+                sized[key] = table
+        return table
 
     def memo(self, cpu_milli: int, memory_bytes: int, second: int, prod: bool = False) -> VerdictMemo:
         """The memo of verdicts for a pod of this size (and class) in this second (empty the first time)."""
@@ -476,6 +507,8 @@ class VerdictBoard:
             self.derived.pop(name, None)
             self.scored.pop(name, None)
             self.projection.pop(name, None)
+            for table in self._sized.values():
+                table.pop(name, None)
             self.fragments.pop(name, None)
             self.blocked.discard(name)
             for sets in (self.tight_cpu, self.tight_memory):
@@ -498,7 +531,9 @@ class VerdictBoard:
             entry = self.scored.get(name)
             if entry is None or entry[0] != d.score:
                 self.scored[name] = (d.score, frags[d.score])  # the same bytes: no second copy per node
-        self.projection[name] = d.projection
+        projection = self.projection[name] = d.projection
+        for (cpu, mem), table in self._sized.items():
+            table[name] = _with_pod(projection, cpu, mem)
         (self.blocked.add if d.blocked else self.blocked.discard)(name)
         for room, tiers, sets in (
             (d.cpu_room, CPU_TIERS, self.tight_cpu),
@@ -546,6 +581,7 @@ class VerdictBoard:
             self.derived.clear()
             self.scored.clear()
             self.projection.clear()
+            self._sized.clear()
             self.blocked.clear()
             for members in (*self.tight_cpu, *self.tight_memory):
                 members.clear()
@@ -584,7 +620,7 @@ def filter_names(
     own: str | None,
     exact_check: Callable[[str], Rejection | None],
     prod: bool = False,
-) -> tuple[list[str], dict[str, str], Counter[str]]:
+) -> tuple[list[str], dict[str, str], dict[str, int]]:
     """Names-mode filter from the board for a pod estimated at ``cpu`` millicores and ``mem`` bytes:
     non-tight nodes pass at the cost of a set lookup, tight ones are judged from precomputed rooms, and
     only ``own`` (the node holding the pod's own estimate), nodes the board lacks and float ties take
@@ -621,7 +657,10 @@ def filter_names(
         known -= special
     hits = {name: e for name in known if (e := entries.get(name)) is not None}
     failed = {name: e[0] for name, e in hits.items()}
-    rejected_by = Counter(e[1] for e in hits.values())
+    # a plain dict: ``Counter(...)`` checks its argument against the Mapping ABC, a tenth of a filter
+    rejected_by: dict[str, int] = {}
+    for _reason, label in hits.values():
+        rejected_by[label] = rejected_by.get(label, 0) + 1
     todo = checked - hits.keys()
     todo -= memo.passed - special if special else memo.passed
     new_failed: dict[str, tuple[str, str]] = {}
@@ -638,7 +677,7 @@ def filter_names(
             continue
         assert isinstance(verdict, Rejection)
         failed[name] = verdict.reason
-        rejected_by[verdict.label] += 1
+        rejected_by[verdict.label] = rejected_by.get(verdict.label, 0) + 1
         if not exact:
             new_failed[name] = (verdict.reason, verdict.label)
     if new_failed or new_passed:

@@ -10,7 +10,7 @@ import copy
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
@@ -252,22 +252,35 @@ def create_app(
         lifespan=lifespan,
         redirect_slashes=False,
     )
+    app.__class__ = _VerbsFirst  # FastAPIOffline builds a plain FastAPI; this one answers the verbs first
     app.state.services = svc
     app.include_router(verbs.router)
     app.include_router(debug.router)
     app.include_router(health.router)
     errors.install(app)
     app.openapi = _openapi(app, clock)  # type: ignore[method-assign]
-    build_stack = app.build_middleware_stack
-
-    def build_middleware_stack() -> Any:
-        """kube-scheduler's verbs are answered in front of FastAPI's own stack (``verbs.VerbFastPath``),
-        everything else goes through it; the access log sees every request."""
-        access.app = verbs.VerbFastPath(svc, build_stack())
-        return access
-
-    app.build_middleware_stack = build_middleware_stack  # type: ignore[method-assign]
+    access.app = verbs.VerbFastPath(svc, super(_VerbsFirst, app).__call__)
+    app.front = access
     return app
+
+
+class _VerbsFirst(FastAPI):
+    """The extender's app: every HTTP request passes the access log, kube-scheduler's verbs are answered
+    there (``verbs.VerbFastPath``), and everything else goes on to FastAPI.
+
+    In front of FastAPI rather than inside its middleware stack: FastAPI (0.165) asks OpenTelemetry on every
+    request whether a tracer, meter or logger provider is set (reading the environment), which with
+    Starlette's entry was a tenth of a verb's own instructions. So FastAPI's native telemetry, when an
+    operator configures one, sees every route but the four verbs; Ballast's own metrics count and time
+    those."""
+
+    front: Callable[..., Awaitable[None]] | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.front is not None and scope["type"] == "http":
+            await self.front(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
 
 
 async def _watch_policy(store: PolicyStore, every: float) -> None:

@@ -20,12 +20,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from app.extender.api.body import BodyBudgetExceeded, BodyTimeout, BodyTooLarge, read_body
-from app.extender.api.responses import JSONBytes, error
+from app.extender.api.responses import Answer, JSONBytes, error
 from app.extender.api.state import Services, services
 from app.extender.wire import filter_result, parse_binding_args, parse_extender_args, parse_object
 from app.model.bad_request import BadRequest
@@ -167,11 +168,7 @@ async def _answer(
             result = await verb.decide(body)
         else:
             result = _without_cyclic_gc(verb.decide, body)
-        response = (
-            Response(result, media_type="application/json")
-            if isinstance(result, bytes)
-            else JSONBytes(result)
-        )
+        response = Answer(result if isinstance(result, bytes) else orjson.dumps(result))
         if len(body) >= RELEASE_AFTER_BYTES:
             response.huge = True  # type: ignore[attr-defined]
     except BadRequest as exc:

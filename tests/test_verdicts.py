@@ -21,7 +21,7 @@ from app.model.nodestate import NodeLoad, parse_node
 from app.model.podinfo import PodInfo
 from app.model.policy import load_policy
 from app.model.policy_store import PolicyStore
-from app.model.verdicts import UNSURE, VerdictBoard, derive, judge
+from app.model.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, derive, judge
 from tests.conftest import POLICY_FILE
 from tests.node_source import StaticSource
 from tests.oracle import Oracle
@@ -294,7 +294,8 @@ def _standing(d) -> tuple:
 def test_a_board_following_the_ledger_equals_a_recomputation(specs, ops) -> None:
     """Holds, binds (on the hold's node and elsewhere) and forgets with time moving on: after each, every
     node's standing verdict on the board (kept when the change moved nothing it depends on, else worked out
-    again) equals one worked out from scratch, expiry included, and the loads kept per pod size follow."""
+    again) equals one worked out from scratch, expiry included; the tight sets and the loads kept per pod
+    size follow."""
     clock = [NOW]
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     ledger = Ledger(POLICY, clock=lambda: clock[0])
@@ -319,6 +320,12 @@ def test_a_board_following_the_ledger_equals_a_recomputation(specs, ops) -> None
         board.refresh(clock[0])
         for n, load in loads.items():
             assert _standing(board.derived[n]) == _standing(derive(load, POLICY, ledger, clock[0])), n
+        for n, d in board.derived.items():
+            for room, tiers, sets in (
+                (d.cpu_room, CPU_TIERS, board.tight_cpu),
+                (d.memory_room, MEMORY_TIERS, board.tight_memory),
+            ):
+                assert [n in members for members in sets] == [room < t for t in tiers], n
         for cpu, mem in sizes:
             with_pod = {
                 n: None if b is None else b + cpu * c + mem * m for n, (b, c, m) in board.projection.items()

@@ -38,6 +38,7 @@ import heapq
 import logging
 import math
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import filterfalse
@@ -74,6 +75,13 @@ def tier(amount: int, tiers: tuple[int, ...]) -> int | None:
         if amount < t - _MARGIN:
             return i
     return None
+
+
+def _reach(room: float, tiers: tuple[int, ...]) -> int:
+    """How many of ``tiers`` (ascending) ``room`` reaches: the node is tight for tier ``i`` (its room is
+    below it) exactly when ``i >= _reach(room, tiers)``. A NaN room reaches every tier, as ``room < t``
+    holds for none."""
+    return bisect_right(tiers, room)
 
 
 _RESOURCE_INDEX = {"cpu": 0, "memory": 1}
@@ -399,6 +407,8 @@ class VerdictBoard:
         self.blocked: set[str] = set()
         self.tight_cpu: list[set[str]] = [set() for _ in CPU_TIERS]
         self.tight_memory: list[set[str]] = [set() for _ in MEMORY_TIERS]
+        self._tiers_of: dict[str, tuple[int, int]] = {}
+        """Per node how many cpu and memory tiers its rooms reach (``_reach``): the tight sets it is in."""
         self._heap: list[tuple[float, str]] = []
         self.next_until = math.inf
         self.generation = 0
@@ -511,6 +521,7 @@ class VerdictBoard:
                 table.pop(name, None)
             self.fragments.pop(name, None)
             self.blocked.discard(name)
+            self._tiers_of.pop(name, None)
             for sets in (self.tight_cpu, self.tight_memory):
                 for members in sets:
                     members.discard(name)
@@ -535,12 +546,12 @@ class VerdictBoard:
         for (cpu, mem), table in self._sized.items():
             table[name] = _with_pod(projection, cpu, mem)
         (self.blocked.add if d.blocked else self.blocked.discard)(name)
-        for room, tiers, sets in (
-            (d.cpu_room, CPU_TIERS, self.tight_cpu),
-            (d.memory_room, MEMORY_TIERS, self.tight_memory),
-        ):
-            for t, members in zip(tiers, sets, strict=True):
-                (members.add if room < t else members.discard)(name)
+        reach = (_reach(d.cpu_room, CPU_TIERS), _reach(d.memory_room, MEMORY_TIERS))
+        if self._tiers_of.get(name) != reach:  # a hold seldom moves a room across a tier
+            self._tiers_of[name] = reach
+            for k, sets in zip(reach, (self.tight_cpu, self.tight_memory), strict=True):
+                for i, members in enumerate(sets):
+                    (members.add if i >= k else members.discard)(name)
         if d.until != math.inf:
             heapq.heappush(self._heap, (d.until, name))
             self.next_until = self._heap[0][0]
@@ -585,6 +596,7 @@ class VerdictBoard:
             self.blocked.clear()
             for members in (*self.tight_cpu, *self.tight_memory):
                 members.clear()
+            self._tiers_of.clear()
             self._heap.clear()
             self.next_until = math.inf
             for name in names:

@@ -89,6 +89,8 @@ class ShadowBook:
 
     def placed(self, uid: str, node: str) -> bool | None:
         """The pod was bound to ``node``: count whether Ballast agreed; ``None`` when it noted nothing."""
+        if not self._choices:
+            return None  # nothing noted (always so outside shadow mode): every bound pod passes here
         now = self._clock()
         with self._lock:
             choice = self._choices.pop(uid, None)

@@ -579,6 +579,8 @@ class VerdictBoard:
     def update(self, names: Iterable[str], now: float, estimates_only: bool = False) -> None:
         """Recompute these nodes now (a watch event or, with ``estimates_only``, an estimate changed
         them)."""
+        if estimates_only and not self.derived:
+            return  # a board of no node yet (the whole-node board in names mode): nothing stands to change
         with self._lock:
             for name in names:
                 self._set(name, now, estimates_only)

@@ -270,7 +270,7 @@ class _VerbsFirst(FastAPI):
 
     In front of FastAPI rather than inside its middleware stack: FastAPI (0.165) asks OpenTelemetry on every
     request whether a tracer, meter or logger provider is set (reading the environment), which with
-    Starlette's entry was a tenth of a verb's own instructions. So FastAPI's native telemetry, when an
+    Starlette's entry was a twentieth of a pod's instructions. So FastAPI's native telemetry, when an
     operator configures one, sees every route but the four verbs; Ballast's own metrics count and time
     those."""
 

@@ -671,7 +671,7 @@ def filter_names(
         known -= special
     hits = {name: e for name in known if (e := entries.get(name)) is not None}
     failed = {name: e[0] for name, e in hits.items()}
-    # a plain dict: ``Counter(...)`` checks its argument against the Mapping ABC, a tenth of a filter
+    # a plain dict: ``Counter(...)`` would run ``update`` and a Mapping ABC check on every filter
     rejected_by: dict[str, int] = {}
     for _reason, label in hits.values():
         rejected_by[label] = rejected_by.get(label, 0) + 1

@@ -231,6 +231,9 @@ def server_config(
         http=bounded_protocol(max_connections, first_byte_timeout),
         ws="none",
         timeout_keep_alive=5,
+        # kube-scheduler calls the extender directly, and Ballast reads no client address: uvicorn's
+        # X-Forwarded-* middleware would only add a layer (and a header scan from loopback) to every call.
+        proxy_headers=False,
     )
 
 

@@ -28,7 +28,7 @@ from app.model.podinfo import PodInfo, pod_info, read_pod
 from app.model.policy import Policy
 from app.model.policy_store import PolicyStore
 from app.model.pools import MODES
-from app.model.verdicts import VerdictBoard, filter_names, fragments
+from app.model.verdicts import VerdictBoard, filter_names, fragments, with_pod
 
 log = logging.getLogger("ballast.extender")
 
@@ -130,10 +130,7 @@ class Extender:
             return None
         self.board.refresh(self.clock())
         entry = self.board.projection.get(node)
-        if entry is None or entry[0] is None:
-            return None
-        base, per_milli, per_byte = entry
-        return base + cpu_milli * per_milli + memory_bytes * per_byte
+        return None if entry is None else with_pod(entry, cpu_milli, memory_bytes)
 
     def _new_board(self, lookup: Callable[[str], NodeLoad | None], deferrable: bool = False) -> VerdictBoard:
         """A verdict board over ``lookup``'s nodes that follows the ledger's estimates; a ``deferrable``

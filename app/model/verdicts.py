@@ -379,7 +379,9 @@ _SIZES = 8
 """Pod sizes ``loads_for`` keeps a table for."""
 
 
-def _with_pod(projection: Projection, cpu_milli: int, memory_bytes: int) -> float | None:
+def with_pod(projection: Projection, cpu_milli: int, memory_bytes: int) -> float | None:
+    """A node's projected load (``projection``) with a pod of ``cpu_milli`` and ``memory_bytes`` added;
+    ``None`` for a node without information."""
     load, per_milli, per_byte = projection
     return None if load is None else load + cpu_milli * per_milli + memory_bytes * per_byte
 
@@ -432,7 +434,7 @@ class VerdictBoard:
         table = self._sized.get(key)
         if table is None:
             with self._lock:
-                table = {name: _with_pod(p, cpu_milli, memory_bytes) for name, p in self.projection.items()}
+                table = {name: with_pod(p, cpu_milli, memory_bytes) for name, p in self.projection.items()}
                 sized = self._sized
                 while len(sized) >= _SIZES:
                     del sized[next(iter(sized))]
@@ -544,7 +546,7 @@ class VerdictBoard:
                 self.scored[name] = (d.score, frags[d.score])  # the same bytes: no second copy per node
         projection = self.projection[name] = d.projection
         for (cpu, mem), table in self._sized.items():
-            table[name] = _with_pod(projection, cpu, mem)
+            table[name] = with_pod(projection, cpu, mem)
         (self.blocked.add if d.blocked else self.blocked.discard)(name)
         reach = (_reach(d.cpu_room, CPU_TIERS), _reach(d.memory_room, MEMORY_TIERS))
         if self._tiers_of.get(name) != reach:  # a hold seldom moves a room across a tier

@@ -27,9 +27,6 @@ WORKDIR /src
 COPY requirements.lock ./
 RUN python -m pip install -c requirements.lock setuptools grpcio-tools
 COPY pyproject.toml setup.py README.md ./
-COPY app ./app
-COPY agent ./agent
-COPY common ./common
 COPY ballast ./ballast
 # A wheel built without isolation (the pinned tools above), installed with its pinned dependencies into
 # a virtualenv of its own that carries no pip; then every module is compiled.

@@ -1,9 +1,10 @@
 """Build hook only: all metadata is in pyproject.toml.
 
-``build_py`` also generates the CRI gRPC stubs (``agent/cri/api_pb2.py``, ``api_pb2_grpc.py``) from
-``agent/cri/api.proto`` with ``grpc_tools.protoc`` into the build directory, so wheels ship them and an
+``build_py`` also generates the CRI gRPC stubs (``ballast/agent/cri/api_pb2.py``, ``api_pb2_grpc.py``) from
+``ballast/agent/cri/api.proto`` with ``grpc_tools.protoc`` into the build directory, so wheels ship them and
+an
 installed agent needs neither grpcio-tools nor write access anywhere. Editable installs skip this: there
-the stubs are generated into a cache directory at first import (see ``agent/cri/_stubs.py``).
+the stubs are generated into a cache directory at first import (see ``ballast/agent/cri/_stubs.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _stubs_module():
-    # Loaded by path: importing the ``agent`` package here would need its runtime dependencies.
-    spec = importlib.util.spec_from_file_location("_ballast_cri_stubs", ROOT / "agent" / "cri" / "_stubs.py")
+    # Loaded by path: importing the ``ballast`` package here would need its runtime dependencies.
+    spec = importlib.util.spec_from_file_location(
+        "_ballast_cri_stubs", ROOT / "ballast" / "agent" / "cri" / "_stubs.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

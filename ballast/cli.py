@@ -6,12 +6,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from agent import cli as agent_cli
-from app import __version__
-from app.annotator import cli as annotator_cli
-from app.extender import cli as extender_cli
-from app.rebalancer import cli as rebalancer_cli
-from common.logs import setup_logging
+from ballast import __version__
+from ballast.agent import cli as agent_cli
+from ballast.annotator import cli as annotator_cli
+from ballast.extender import cli as extender_cli
+from ballast.program.logs import setup_logging
+from ballast.rebalancer import cli as rebalancer_cli
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 def control_plane() -> str | None:
     """What the loopback control plane lacks (kube-apiserver, kube-scheduler, kubectl, etcd, openssl)."""
-    from tests.cluster.controlplane import MissingPiece, check_available
+    from ballast.testing.binaries import MissingPiece, check_available
 
     try:
         check_available()
@@ -28,8 +28,8 @@ def control_plane() -> str | None:
 
 def real_node() -> str | None:
     """What a real test node lacks (root, cgroup v1, containerd, the kubelet, the node recipe)."""
-    from tests.cluster.controlplane import MissingPiece
-    from tests.cluster.realnode import check_real_nodes
+    from ballast.testing.binaries import MissingPiece
+    from ballast.testing.realnode import check_real_nodes
 
     try:
         check_real_nodes()

@@ -32,15 +32,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from agent.cgroup_paths import pod_cgroup_parts
-from agent.load.cgroups import PodCgroups
-from agent.load.pods import NodePods
-from agent.load.procfs import ProcReader
-from agent.load.reporter import LoadReporter
-from agent.load.sampler import Sampler
-from app.model.policy import load_policy
-from common.nodeload import NODELOAD_PATH, new_object
-from common.podspec import QOSClass
+from ballast.agent.cgroup_paths import pod_cgroup_parts
+from ballast.agent.load.cgroups import PodCgroups
+from ballast.agent.load.pods import NodePods
+from ballast.agent.load.procfs import ProcReader
+from ballast.agent.load.reporter import LoadReporter
+from ballast.agent.load.sampler import Sampler
+from ballast.contract.nodeload import NODELOAD_PATH, new_object
+from ballast.contract.pod import QOSClass
+from ballast.model.policy import load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "scheduler_config" / "policy.yaml"

@@ -34,18 +34,18 @@ from typing import Any
 
 import yaml
 
-from agent.kubelet_config import load_kubelet_config
-from agent.load.cgroups import PodCgroups
-from agent.load.pods import NodePods
-from agent.load.procfs import ProcReader
-from agent.load.reporter import LoadReporter
-from agent.load.sampler import Sampler
-from app.model.policy import load_policy
+from ballast.agent.kubelet_config import load_kubelet_config
+from ballast.agent.load.cgroups import PodCgroups
+from ballast.agent.load.pods import NodePods
+from ballast.agent.load.procfs import ProcReader
+from ballast.agent.load.reporter import LoadReporter
+from ballast.agent.load.sampler import Sampler
+from ballast.contract.nodeload import NODELOAD_PATH
+from ballast.kube.client import ApiError, Kube
+from ballast.model.policy import load_policy
 from bench.agent_load_bench import CountingKube
 from bench.agent_load_bench import run as fixture_run
 from bench.cluster_bench import cpu_seconds
-from common.kube import ApiError, Kube
-from common.nodeload import NODELOAD_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "scheduler_config" / "policy.yaml"
@@ -94,8 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=30, help="samples (one a second) for each figure")
     args = parser.parse_args(argv)
 
-    from tests.cluster.controlplane import ControlPlane, MissingPiece, wait_until
-    from tests.cluster.realnode import BURN, NodeAgent, NodePool, busybox_pod, check_real_nodes, wait_running
+    from ballast.testing.binaries import MissingPiece
+    from ballast.testing.controlplane import ControlPlane, wait_until
+    from ballast.testing.realnode import (
+        BURN,
+        NodeAgent,
+        NodePool,
+        busybox_pod,
+        check_real_nodes,
+        wait_running,
+    )
 
     try:
         check_real_nodes()

@@ -31,17 +31,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.annotator.bindings import Binding, BindingRecords
-from app.annotator.controller import Annotator, KubeNodeWriter
-from app.annotator.prometheus import PrometheusClient, PrometheusConfig
-from app.annotator.sources import NodeIndex, PodBindings
-from app.model.annotations import HOT_VALUE_KEY, format_load
-from app.model.policy import load_policy
-from common.kube import Kube
-from tests.annotator.helpers import add_node, stamp
-from tests.annotator.prom import CountingProxy, PrometheusServer, Series
-from tests.conftest import POLICY_FILE
-from tests.fakekube import FakeKube, make_pod
+from ballast.annotator.bindings import Binding, BindingRecords
+from ballast.annotator.controller import Annotator, KubeNodeWriter
+from ballast.annotator.prometheus import PrometheusClient, PrometheusConfig
+from ballast.annotator.sources import NodeIndex, PodBindings
+from ballast.kube.client import Kube
+from ballast.model.annotations import HOT_VALUE_KEY, format_load
+from ballast.model.policy import load_policy
+from ballast.testing.annotator import add_node, stamp
+from ballast.testing.fakekube import FakeKube, make_pod
+from ballast.testing.parts import POLICY_FILE
+from ballast.testing.prometheus import CountingProxy, PrometheusServer, Series
 
 POLICY = load_policy(POLICY_FILE)
 

@@ -3,7 +3,7 @@ cluster bench serves it with granian to compare the servers in one run.
 
     granian --interface asgi --factory bench.ballast_asgi:app
 
-Built as ``ballast extender`` builds it (``app.extender.cli.run_extender``), from the environment:
+Built as ``ballast extender`` builds it (``ballast.extender.cli.run_extender``), from the environment:
 ``BALLAST_POLICY``, ``BALLAST_KUBECONFIG`` and ``BALLAST_LOG_LEVEL``.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from common.kube import Kube, load_api_client
-from common.logs import setup_logging
+from ballast.extender.main import create_app
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.policy import load_policy
+from ballast.program.logs import setup_logging
 
 
 def app() -> Any:

@@ -3,10 +3,10 @@
 On the loopback control plane of ``tests/cluster`` (etcd + kube-apiserver, no scheduler), unbound pods are
 bound one at a time, rotating between the clients, all in one run so they see the same machine:
 
-- ``official``: ``common.kube.Kube.create`` through the ``kubernetes`` client (serialisation layers,
+- ``official``: ``ballast.kube.client.Kube.create`` through the ``kubernetes`` client (serialisation layers,
   urllib3's PoolManager);
-- ``lean``: the bind verb's client, ``common.kube_async.AsyncKube.create`` over the lean transport
-  (``common.kube_lean``: httptools over asyncio streams), awaited on the running event loop as the bind
+- ``lean``: the bind verb's client, ``ballast.kube.async_client.AsyncKube.create`` over the lean transport
+  (``ballast.kube.lean``: httptools over asyncio streams), awaited on the running event loop as the bind
   verb awaits it;
 - ``urllib3``: urllib3's ``HTTPSConnectionPool.urlopen`` taken from the official client's pool manager,
   the body encoded by orjson, ``preload_content`` and no retries (what the lean transport is built on);
@@ -48,11 +48,11 @@ import httpcore
 import httpx
 import orjson
 
+from ballast.kube.async_client import AsyncKube
+from ballast.kube.client import Kube, load_api_client
+from ballast.testing.controlplane import ControlPlane, node_body, pod_body
 from bench.bind_client import BindClient
 from bench.cluster_bench import Api
-from common.kube import Kube, load_api_client
-from common.kube_async import AsyncKube
-from tests.cluster.controlplane import ControlPlane, node_body, pod_body
 
 
 def binding(name: str, uid: str, node: str) -> dict:
@@ -160,7 +160,7 @@ def lean_kube(cp: ControlPlane) -> AsyncKube:
 
 DESCRIBED = {
     "official": "official (`Kube.create`, the `kubernetes` client over urllib3's PoolManager)",
-    "lean": "lean (`AsyncKube.create` over `common.kube_lean`: httptools over asyncio streams, keep-alive)",
+    "lean": "lean (`AsyncKube.create` over `ballast.kube.lean`: httptools over asyncio streams, keep-alive)",
     "urllib3": "urllib3 `HTTPSConnectionPool.urlopen`, pre-encoded body, no retries",
     "httpx": "httpx (one pooled keep-alive `httpx.Client`, pre-encoded body)",
     "httpcore": "httpcore's `AsyncConnectionPool` (httpx's core, asyncio), pre-encoded body",

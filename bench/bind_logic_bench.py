@@ -24,17 +24,17 @@ from typing import Any
 
 import orjson
 
-from app.extender.cache import _Nodes, _Pods
-from app.extender.main import create_app
-from app.extender.wire import BindingArgs, parse_extender_args
-from app.model.policy import load_policy
+from ballast.extender.cache import _Nodes, _Pods
+from ballast.extender.main import create_app
+from ballast.extender.wire import BindingArgs, parse_extender_args
+from ballast.kube.client import Kube
+from ballast.model.policy import load_policy
+from ballast.testing.controlplane import node_body, pod_body
 from bench.cluster_bench import POLICY, annotations
-from common.kube import Kube
-from tests.cluster.controlplane import node_body, pod_body
 
 
 class AtOnce:
-    """A transport that answers every call with success at once (``common.kube_lean``'s interface)."""
+    """A transport that answers every call with success at once (``ballast.kube.lean``'s interface)."""
 
     async def request(
         self, method: str, path: str, body: Any, ct: Any, timeout: float, query: Any = None

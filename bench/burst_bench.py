@@ -5,7 +5,7 @@ pods (500m, 1Gi) created at once, kube-scheduler wired as ``scheduler-config-nod
 (names mode, filter + prioritize + bind), and again without the bind verb (kube-scheduler binds itself and
 Ballast learns each placement from its pod watch, later: meanwhile only prioritize's hold says where the
 pod went). Afterwards, per node, the projected load Ballast ranks by
-(``app.model.load.projected_load``: annotated + the estimates of the pods bound there, with the policy's
+(``ballast.model.load.projected_load``: annotated + the estimates of the pods bound there, with the policy's
 dominant-resource term; the plain weighted mean is reported beside it) and whether
 ``cpu_usage_avg_5m`` plus estimates ends over its limit. Compared with ideal greedy water-filling (each pod
 to the node with the least projected load after it, among nodes it keeps under the limit). Both scorings
@@ -31,13 +31,13 @@ from pathlib import Path
 
 import yaml
 
-from app.model.estimation import estimate_usage
-from app.model.podinfo import pod_info
-from app.model.policy import load_policy
+from ballast.model.estimation import estimate_usage
+from ballast.model.podinfo import pod_info
+from ballast.model.policy import load_policy
+from ballast.testing.controlplane import ControlPlane, pod_body, wait_until
 from bench.cluster_bench import POLICY, SCHEDULER, Api, create_nodes, drain, refresh_loads, scheduler_config
 from bench.harness import ballast_cmd, free_port, serve
 from bench.spread import cv
-from tests.cluster.controlplane import ControlPlane, pod_body, wait_until
 
 NODES = 20
 PODS = 100

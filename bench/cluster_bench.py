@@ -49,8 +49,8 @@ from typing import Any
 import httpx
 import orjson
 
+from ballast.testing.controlplane import ControlPlane, node_body, pod_body, wait_until
 from bench.harness import ballast_cmd, echo_cmd, free_port, granian_cmd, serve_process
-from tests.cluster.controlplane import ControlPlane, node_body, pod_body, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "scheduler_config" / "policy.yaml"

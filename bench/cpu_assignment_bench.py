@@ -12,9 +12,9 @@ import statistics
 import timeit
 from collections.abc import Callable
 
-from agent.cpu_assignment import take_by_topology
-from agent.cpuset import CPUSet
-from agent.topology import CPUTopology
+from ballast.agent.cpumanager.cpu_assignment import take_by_topology
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.topology.model import CPUTopology
 
 
 def epyc_2s_8numa_256() -> CPUTopology:

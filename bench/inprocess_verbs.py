@@ -18,15 +18,15 @@ import dataclasses
 import statistics
 import time
 
-from app.extender.extender import Extender
-from app.extender.metrics import ExtenderMetrics
-from app.extender.wire import ExtenderArgs
-from app.model.ledger import Ledger
-from app.model.nodestate import parse_node
-from app.model.policy import load_policy
-from app.model.policy_store import PolicyStore
+from ballast.extender.extender import Extender
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.extender.wire import ExtenderArgs
+from ballast.model.ledger import Ledger
+from ballast.model.nodestate import parse_node
+from ballast.model.policy import load_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.testing.node_source import StaticSource
 from bench.nodes import make_nodes, pod
-from tests.node_source import StaticSource
 
 POLICY = "scheduler_config/policy.yaml"
 
@@ -43,7 +43,7 @@ def main() -> None:
     policy = load_policy(POLICY)
     body = pod()
     if args.prod_priority is not None:
-        from app.model.pools import LimitEntry, ProdSettings
+        from ballast.model.pools import LimitEntry, ProdSettings
 
         prod = ProdSettings(1000, (LimitEntry("cpu_usage_avg_5m", 0.5),))
         policy = dataclasses.replace(policy, prod=prod)

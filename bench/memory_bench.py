@@ -36,9 +36,9 @@ def measure(nodes: int, traced: bool = True) -> dict[str, float]:
     import orjson
     from fastapi.testclient import TestClient
 
-    from app.extender.api.verbs import release_memory
-    from app.extender.main import create_app
-    from app.model.policy import load_policy
+    from ballast.extender.api.verbs import release_memory
+    from ballast.extender.main import create_app
+    from ballast.model.policy import load_policy
     from bench.nodes import ROOT, make_nodes
     from bench.nodes import pod as sample_pod
 
@@ -68,9 +68,9 @@ def measure(nodes: int, traced: bool = True) -> dict[str, float]:
         retained = 0
         if traced:
             mine = [  # allocations by the extender's own lines, less the answer being sent
-                tracemalloc.Filter(True, "*/app/*"),
+                tracemalloc.Filter(True, "*/ballast/*"),
                 tracemalloc.Filter(True, "*/cachetools/*"),
-                tracemalloc.Filter(False, "*/app/extender/api/responses.py"),
+                tracemalloc.Filter(False, "*/ballast/extender/api/responses.py"),
             ]
             end = tracemalloc.take_snapshot().filter_traces(mine)
             retained = sum(s.size_diff for s in end.compare_to(start.filter_traces(mine), "filename"))

@@ -38,17 +38,17 @@ from pathlib import Path
 
 import orjson
 
-from app.extender.extender import Extender
-from app.extender.load_bind import LoadPreBind
-from app.extender.metrics import ExtenderMetrics
-from app.extender.wire import BindingArgs, ExtenderArgs
-from app.model.annotations import format_load
-from app.model.ledger import Ledger
-from app.model.nodestate import parse_node
-from app.model.policy import Policy, load_policy
-from app.model.policy_store import PolicyStore
+from ballast.extender.extender import Extender
+from ballast.extender.load_bind import LoadPreBind
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.extender.wire import BindingArgs, ExtenderArgs
+from ballast.model.annotations import format_load
+from ballast.model.ledger import Ledger
+from ballast.model.nodestate import parse_node
+from ballast.model.policy import Policy, load_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.testing.node_source import StaticSource
 from bench.spread import cv
-from tests.node_source import StaticSource
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "scheduler_config" / "policy.yaml"

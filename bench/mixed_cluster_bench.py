@@ -23,11 +23,11 @@ from pathlib import Path
 
 import yaml
 
-from app.model.policy import load_policy
+from ballast.model.policy import load_policy
+from ballast.testing.controlplane import ControlPlane, node_body, pod_body
 from bench.burst_bench import ballast
 from bench.cluster_bench import POLICY, SCHEDULER, Api, drain, scheduler_config
 from bench.mixed_burst import Node, Outcome, burst, greedy, offline_ideal, outcome, scenario
-from tests.cluster.controlplane import ControlPlane, node_body, pod_body
 
 
 def _annotations(node: Node, policy_path: Path) -> dict[str, str]:

@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.extender.numa.community import parse_community
-from app.extender.numa.community_check import CommunityCheck
-from app.extender.numa.community_view import CommunityView
-from app.model.podinfo import pod_info
-from app.model.policy import load_policy
-from app.model.policy_store import PolicyStore
-from tests.nrt_community_objects import GI, guaranteed, nrt, pod, two_zones, zone
+from ballast.extender.numa.community import parse_community
+from ballast.extender.numa.community_check import CommunityCheck
+from ballast.extender.numa.community_view import CommunityView
+from ballast.model.podinfo import pod_info
+from ballast.model.policy import load_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.testing.nrt_community import GI, guaranteed, nrt, pod, two_zones, zone
 
 POLICY = "scheduler_config/policy.yaml"
 

@@ -36,13 +36,13 @@ from typing import Any
 
 import yaml
 
-from app.model.annotations import format_load
-from app.model.policy import parse_policy
-from app.rebalancer.cache import NodeCache, PodCache
-from app.rebalancer.evictor import Evictor
-from app.rebalancer.metrics import RebalancerMetrics
-from app.rebalancer.run import Rebalancer
-from tests.conftest import POLICY_FILE
+from ballast.model.annotations import format_load
+from ballast.model.policy import parse_policy
+from ballast.rebalancer.cache import NodeCache, PodCache
+from ballast.rebalancer.evictor import Evictor
+from ballast.rebalancer.metrics import RebalancerMetrics
+from ballast.rebalancer.run import Rebalancer
+from ballast.testing.parts import POLICY_FILE
 
 NOW = time.time()
 
@@ -155,7 +155,7 @@ def measure(nodes: int, per_node: int, per_cycle: int) -> dict[str, Any]:
 
 def nodeloads(nodes: int, per_node: int, seed: int = 11) -> list[dict[str, Any]]:
     """The agents' NodeLoads for ``cluster``'s pods: each node's lists every pod on it, 50m to 1 core."""
-    from common.nodeload import NodeLoadStatus, PodUsage, new_object, render_status
+    from ballast.contract.nodeload import NodeLoadStatus, PodUsage, new_object, render_status
 
     rnd = random.Random(seed)
     out = []
@@ -198,7 +198,7 @@ def measure_nodeloads(nodes: int, per_node: int, with_nodeloads: bool) -> dict[s
     """In this (fresh) process: the caches filled as the watches fill them, with or without NodeLoads."""
     import tracemalloc
 
-    from app.rebalancer.nodeloads import NodeLoadCache
+    from ballast.rebalancer.nodeloads import NodeLoadCache
 
     policy = parse_policy(policy_text(10))
     nc, pc, lc = NodeCache(lambda: policy), PodCache(lambda: policy), NodeLoadCache(60.0)

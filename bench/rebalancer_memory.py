@@ -28,14 +28,14 @@ from typing import Any
 
 import orjson
 
-from app.model.annotations import format_load
-from app.model.policy import parse_policy
-from app.rebalancer.cache import NodeCache, PodCache
-from app.rebalancer.evictor import Evictor
-from app.rebalancer.metrics import RebalancerMetrics
-from app.rebalancer.run import Rebalancer
+from ballast.kube.client import Kube, Reflector
+from ballast.model.annotations import format_load
+from ballast.model.policy import parse_policy
+from ballast.rebalancer.cache import NodeCache, PodCache
+from ballast.rebalancer.evictor import Evictor
+from ballast.rebalancer.metrics import RebalancerMetrics
+from ballast.rebalancer.run import Rebalancer
 from bench.rebalancer_bench import CountingKube, policy_text
-from common.kube import Kube, Reflector
 
 NOW = time.time()
 STAMP = "2026-11-20T08:00:00Z"

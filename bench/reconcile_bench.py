@@ -19,11 +19,11 @@ import timeit
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.cpuset import CPUSet
-from agent.manager import CPUManager
-from agent.runtime import MemoryRuntime
-from agent.topology import CPUTopology
-from common.podspec import parse_pod
+from ballast.agent.cpumanager.manager import CPUManager
+from ballast.agent.cpumanager.runtime import MemoryRuntime
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.topology.model import CPUTopology
+from ballast.contract.pod import parse_pod
 
 SCHEDULER = "ballast-scheduler"
 NODE = "bench-node"
@@ -186,9 +186,9 @@ def main() -> None:
         rows.append(("first pass: 60 allocations, one checkpoint write, 200 updates", median, best, ""))
 
         try:
-            from agent.cri.client import CRIClient
-            from agent.runtime import CRIRuntime
-            from tests.agent.cri_fake import FakeRuntimeService, serve_fake_runtime
+            from ballast.agent.cpumanager.runtime import CRIRuntime
+            from ballast.agent.cri.client import CRIClient
+            from ballast.testing.cri_fake import FakeRuntimeService, serve_fake_runtime
         except ImportError:  # pragma: no cover - the tests directory is not installed
             serve_fake_runtime = None
         if serve_fake_runtime is not None:

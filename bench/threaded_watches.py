@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from app.extender.cache import ClusterCache
 from ballast.cli import main
+from ballast.extender.cache import ClusterCache
 
 if __name__ == "__main__":
     start = ClusterCache.start

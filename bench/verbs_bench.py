@@ -3,7 +3,8 @@
 Both apps are called through ASGI in this process, with the same scope, body and ``receive``/``send``
 a server would give them: the echo extender (``bench.echo_extender``) and Ballast's verb stack as
 ``create_app`` wires it (the access log, the verbs' fast path, the verbs), answering in names mode from a
-verdict board over ``--nodes`` parsed nodes (``tests.node_source.StaticSource``: no watches). Each pod is
+verdict board over ``--nodes`` parsed nodes (``ballast.testing.node_source.StaticSource``: no watches). Each
+pod is
 new, as in a drain: a filter, then a prioritize, whose hold stays on the ledger. Times are this thread's
 CPU time per request (``time.thread_time``), until the answer's last byte is handed to ``send`` and
 including the work after it (the board's recomputation of the held node), median (p10-p90).
@@ -31,18 +32,18 @@ from typing import Any
 
 import orjson
 
-from app.extender.api.access import AccessLog
-from app.extender.api.state import Services
-from app.extender.api.verbs import VerbFastPath
-from app.extender.extender import Extender
-from app.extender.metrics import ExtenderMetrics
-from app.model.ledger import Ledger
-from app.model.nodestate import parse_node
-from app.model.policy import load_policy
-from app.model.policy_store import PolicyStore
+from ballast.extender.api.access import AccessLog
+from ballast.extender.api.state import Services
+from ballast.extender.api.verbs import VerbFastPath
+from ballast.extender.extender import Extender
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.model.ledger import Ledger
+from ballast.model.nodestate import parse_node
+from ballast.model.policy import load_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.testing.node_source import StaticSource
 from bench.echo_extender import app as echo_app
 from bench.nodes import make_nodes, pod
-from tests.node_source import StaticSource
 
 POLICY = "scheduler_config/policy.yaml"
 

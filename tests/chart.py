@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.controlplane import MissingPiece
-from tests.cluster.helm import helm_path, run_helm
-from tests.conftest import missing_part
+from ballast.testing.binaries import MissingPiece
+from ballast.testing.helm import helm_path, run_helm
+from ballast.testing.parts import missing_part
 from tests.deploy_rbac import ROOT
 
 CHART = ROOT / "charts" / "ballast"

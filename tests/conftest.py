@@ -3,45 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
 
 import pytest
 
-from app.model.policy import Policy, load_policy
-
-ROOT = Path(__file__).resolve().parent.parent
-POLICY_FILE = ROOT / "scheduler_config" / "policy.yaml"
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float = 5.0, what: str = "condition", interval: float = 0.01
-) -> Any:
-    """Poll ``condition`` until it is truthy and return its value; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def under_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def missing_part(reason: str) -> NoReturn:
-    """A real part this test needs (a server, a binary, a browser) is missing: skip with the reason on a
-    user's machine, fail under ``CI=true``, where ``.ci/run`` installs every part and a skip would hide
-    a test that never ran."""
-    if under_ci():
-        pytest.fail(f"{reason} (CI=true: this test must run, not skip)")
-    pytest.skip(reason)
+from ballast.model.policy import Policy, load_policy
+from ballast.testing.parts import POLICY_FILE, ROOT, under_ci
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -75,4 +43,4 @@ def policy() -> Policy:
     return load_policy(POLICY_FILE)
 
 
-pytest_plugins = ["tests.fakekube.pytest_plugin"]
+pytest_plugins = ["ballast.testing.fakekube.pytest_plugin"]

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from common.durations import parse_duration
+from ballast.contract.durations import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "scheduler_config" / "deploy"

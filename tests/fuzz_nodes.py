@@ -27,11 +27,12 @@ from urllib.parse import quote
 
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.model.annotations import format_timestamp
-from app.model.policy import load_policy
-from common.kube import Kube
-from tests.conftest import CAPTURE_TIME, FIXTURES, POLICY_FILE, read_fixture
+from ballast.extender.main import create_app
+from ballast.kube.client import Kube
+from ballast.model.annotations import format_timestamp
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
+from tests.conftest import CAPTURE_TIME, FIXTURES, read_fixture
 
 METRICS = (
     "cpu_usage_avg_5m",

@@ -2,8 +2,9 @@
 checked against (``tests/test_verdicts.py``, ``tests/test_scoring.py``).
 
 The extender answers names-mode and whole-node requests from precomputed verdicts
-(``app.model.verdicts.VerdictBoard``); this computes the same answers the slow, obvious way, from the pure
-functions of ``app.model.load`` and the ledger's estimates: every node checked with ``check_node`` (the pod's
+(``ballast.model.verdicts.VerdictBoard``); this computes the same answers the slow, obvious way, from the pure
+functions of ``ballast.model.load`` and the ledger's estimates: every node checked with ``check_node`` (the
+pod's
 estimate added), scored with ``score_node`` or ranked by ``projected_load`` and ``relative_scores`` (the
 pod's own hold skipped), a node Ballast does not know passes and scores 0. Like the extender it holds the
 pod's estimate where kube-scheduler will most likely put it, in its own ledger, so a burst through the
@@ -16,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.extender.extender import _FEW_TIED
-from app.extender.wire import filter_result
-from app.model.ledger import Ledger
-from app.model.load import check_node, projected_load, relative_scores, score_node
-from app.model.nodestate import NodeLoad
-from app.model.podinfo import PodInfo, pod_info
-from app.model.policy import Policy
+from ballast.extender.extender import _FEW_TIED
+from ballast.extender.wire import filter_result
+from ballast.model.ledger import Ledger
+from ballast.model.load import check_node, projected_load, relative_scores, score_node
+from ballast.model.nodestate import NodeLoad
+from ballast.model.podinfo import PodInfo, pod_info
+from ballast.model.policy import Policy
 
 
 class Oracle:

@@ -11,8 +11,8 @@ from typing import Any
 
 import uvicorn
 
-from app.extender.cli import server_config
-from tests.conftest import wait_for
+from ballast.extender.cli import server_config
+from ballast.testing.parts import wait_for
 
 
 @contextlib.contextmanager

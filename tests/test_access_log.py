@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.api.access import LINES_PER_SECOND, AccessLog
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from tests.conftest import POLICY_FILE
+from ballast.extender.api.access import LINES_PER_SECOND, AccessLog
+from ballast.extender.main import create_app
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:

@@ -24,20 +24,21 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.annotator.plan import PatchPlanner
-from app.annotator.sources import NodeIndex
-from app.extender.main import create_app
-from app.model.annotations import HOT_VALUE_KEY, format_load
-from app.model.nodestate import parse_node
-from app.model.policy import PolicyError, parse_policy
-from app.model.policy_store import PolicyStore
-from app.model.thresholds import THRESHOLDS_ANNOTATION
-from app.rebalancer.cache import NodeCache, PodCache
+from ballast.annotator.plan import PatchPlanner
+from ballast.annotator.sources import NodeIndex
 from ballast.cli import main
-from common.kube import Kube
-from common.seal import SEAL_ANNOTATION
-from common.topology_annotations import AWARENESS_KEY, CPU_POLICY_ANNOTATION, TOPOLOGY_RESULT_ANNOTATION
-from tests.conftest import CAPTURE_TIME, POLICY_FILE, read_fixture
+from ballast.contract.seal import SEAL_ANNOTATION
+from ballast.contract.topology_result import AWARENESS_KEY, CPU_POLICY_ANNOTATION, TOPOLOGY_RESULT_ANNOTATION
+from ballast.extender.main import create_app
+from ballast.kube.client import Kube
+from ballast.model.annotations import HOT_VALUE_KEY, format_load
+from ballast.model.nodestate import parse_node
+from ballast.model.policy import PolicyError, parse_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.model.thresholds import THRESHOLDS_ANNOTATION
+from ballast.rebalancer.cache import NodeCache, PodCache
+from ballast.testing.parts import POLICY_FILE
+from tests.conftest import CAPTURE_TIME, read_fixture
 
 CPU = "cpu_usage_avg_5m"
 HUGE = 10**309
@@ -409,7 +410,7 @@ def test_any_json_value_as_an_annotation_in_a_whole_node_request_is_an_answer(va
 )
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 def test_any_json_value_in_the_policy_is_a_policy_or_a_refusal(value: Any, where: str) -> None:
-    from app.model.rebalance_policy import rebalance_settings
+    from ballast.model.rebalance_policy import rebalance_settings
 
     doc = yaml.safe_load(policy_text())
     spec = doc["spec"]

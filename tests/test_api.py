@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from tests.conftest import CAPTURE_TIME, POLICY_FILE, fixture_files, read_fixture
+from ballast.extender.main import create_app
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
+from tests.conftest import CAPTURE_TIME, fixture_files, read_fixture
 
 
 def verb_of(path: Path) -> str:
@@ -218,7 +219,8 @@ def test_reload_keeps_last_good_policy(tmp_path: Path) -> None:
 
 def test_captured_requests_ship_with_the_repo() -> None:
     """A clone on its own must carry the kube-scheduler requests its tests replay (nothing from outside)."""
-    from tests.conftest import FIXTURES, ROOT, fixture_files
+    from ballast.testing.parts import ROOT
+    from tests.conftest import FIXTURES, fixture_files
 
     assert FIXTURES.is_relative_to(ROOT)
     files = fixture_files()
@@ -229,7 +231,7 @@ def test_captured_requests_ship_with_the_repo() -> None:
 
 
 def test_the_fast_path_answers_as_the_routes_do() -> None:
-    """kube-scheduler's verbs enter through ``app.extender.api.verbs.VerbFastPath``; the FastAPI routes
+    """kube-scheduler's verbs enter through ``ballast.extender.api.verbs.VerbFastPath``; the FastAPI routes
     (which a mounted app, with a root path, still goes through) give the same statuses, answers and counts."""
     bodies = [(f"/{verb_of(p)}", p.read_bytes()) for p in VERB_FIXTURES]
     bodies += [("/filter", b"{"), ("/prioritize", b"[]"), ("/preempt", b"{}"), ("/bind", b"{}")]

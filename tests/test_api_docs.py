@@ -7,9 +7,9 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from tests.conftest import POLICY_FILE
+from ballast.extender.main import create_app
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
 
 LATER = 6 * 3600.0
 

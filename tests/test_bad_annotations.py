@@ -18,13 +18,14 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.extender.main import create_app
-from app.extender.metrics import ExtenderMetrics
-from app.model.annotations import MAX_FUTURE_SECONDS, format_load, read_sample
-from app.model.nodestate import parse_node
-from app.model.policy import Policy, load_policy
-from common.kube import Kube, load_api_client
-from tests.conftest import CAPTURE_TIME, POLICY_FILE, read_fixture, wait_for
+from ballast.extender.main import create_app
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.annotations import MAX_FUTURE_SECONDS, format_load, read_sample
+from ballast.model.nodestate import parse_node
+from ballast.model.policy import Policy, load_policy
+from ballast.testing.parts import POLICY_FILE, wait_for
+from tests.conftest import CAPTURE_TIME, read_fixture
 from tests.fuzz_nodes import METRICS, STAMPS, VALUES, Harness, base_nodes
 from tests.fuzz_nodes import run as fuzz
 from tests.test_cluster import HOT, IDLE, Clock, clean, fixture_nodes
@@ -138,7 +139,7 @@ def test_bad_load_value_is_shown_in_nodes(cluster, fake_kube) -> None:
 def test_one_failing_object_does_not_stop_the_watch(cluster, fake_kube, monkeypatch) -> None:
     client, app, _ = cluster
     cache = app.state.services.cache
-    import app.extender.cache as cache_module
+    import ballast.extender.cache as cache_module
 
     real = cache_module.parse_node
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import bench.__main__ as runner
-from tests.conftest import ROOT
+from ballast.testing.parts import ROOT
 
 
 @pytest.fixture

@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from app.extender.bind import Binder
-from app.extender.load_bind import LoadPreBind
-from app.extender.wire import BindingArgs
-from app.model.annotations import Sample
-from app.model.ledger import Ledger
-from app.model.nodestate import NodeLoad
-from app.model.podinfo import pod_info
-from app.model.policy import load_policy
-from app.model.policy_store import PolicyStore
-from common.kube import ApiError
+from ballast.extender.bind import Binder
+from ballast.extender.load_bind import LoadPreBind
+from ballast.extender.wire import BindingArgs
+from ballast.kube.client import ApiError
+from ballast.model.annotations import Sample
+from ballast.model.ledger import Ledger
+from ballast.model.nodestate import NodeLoad
+from ballast.model.podinfo import pod_info
+from ballast.model.policy import load_policy
+from ballast.model.policy_store import PolicyStore
 
 POLICY = load_policy(Path(__file__).resolve().parents[1] / "scheduler_config" / "policy.yaml")
 NOW = time.time()

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import pytest
 from starlette.requests import ClientDisconnect
 
-from app.extender.api.body import BodyBudget, BodyTimeout, BodyTooLarge, read_body
+from ballast.extender.api.body import BodyBudget, BodyTimeout, BodyTooLarge, read_body
 
 
 def _scope(length: int | None = None) -> dict:

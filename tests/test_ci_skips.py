@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from ballast.testing.parts import ROOT
 
 BODY = """
 import pytest
-from tests.conftest import missing_part
+from ballast.testing.parts import missing_part
 
 def test_skips_by_itself():
     pytest.skip("some library decided so")

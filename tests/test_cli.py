@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ballast.cli import build_parser, main
-from tests.conftest import POLICY_FILE
+from ballast.testing.parts import POLICY_FILE
 
 
 def test_help_explains_every_flag(capsys) -> None:
@@ -217,7 +217,8 @@ def _flags(command: str, group: str | None = None) -> dict[str, argparse.Action]
 
 def test_the_elected_programs_share_one_serving_group_and_the_shared_flags() -> None:
     """The annotator and the rebalancer declare their serving and API flags in one place
-    (``common.cli.add_serving``), and the kubeconfig and policy-poll flags with the agent's and each other's:
+    (``ballast.program.flags.add_serving``), and the kubeconfig and policy-poll flags with the agent's and
+    each other's:
     the same flags, types, defaults and help, apart from the port, what the endpoint serves and what is
     relisted."""
     annotator = _flags("annotator", "serving and API")

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.model.annotations import format_load
-from app.model.policy import load_policy
-from common.kube import Kube, load_api_client
-from tests.conftest import CAPTURE_TIME, FIXTURES, POLICY_FILE, read_fixture, wait_for
+from ballast.extender.main import create_app
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.annotations import format_load
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE, wait_for
+from tests.conftest import CAPTURE_TIME, FIXTURES, read_fixture
 
 HOT = "ip-10-0-42-182.us-west-2.compute.internal"
 IDLE = "ip-10-0-40-140.us-west-2.compute.internal"

@@ -1,4 +1,4 @@
-"""Where the loopback control plane's binaries come from (``python3 -m tests.cluster.controlplane check``):
+"""Where the loopback control plane's binaries come from (``python3 -m ballast.testing.controlplane check``):
 no servers are started here, only the lookup is exercised."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import controlplane
-from tests.cluster.controlplane import BINARIES, MissingPiece, kube_bin_dir
+from ballast.testing import binaries, controlplane
+from ballast.testing.binaries import BINARIES, MissingPiece, kube_bin_dir
 
 
 def _fake_binaries(folder: Path) -> None:
@@ -22,7 +22,7 @@ def _fake_binaries(folder: Path) -> None:
 def no_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Neither BALLAST_KUBE_BIN nor ../shared/k8s; the cache is an empty folder of the test's own."""
     monkeypatch.delenv("BALLAST_KUBE_BIN", raising=False)
-    monkeypatch.setattr(controlplane, "SHARED_K8S", tmp_path / "no-shared")
+    monkeypatch.setattr(binaries, "SHARED_K8S", tmp_path / "no-shared")
     monkeypatch.setenv("BALLAST_KUBE_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
@@ -59,7 +59,7 @@ def test_an_explicit_folder_that_is_wrong_is_not_covered_up_by_the_cache(
 @pytest.fixture
 def no_helm_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Neither BALLAST_HELM_BIN nor ../shared/helm; the cache is an empty folder of the test's own."""
-    from tests.cluster import helm
+    from ballast.testing import helm
 
     monkeypatch.delenv("BALLAST_HELM_BIN", raising=False)
     monkeypatch.setattr(helm, "SHARED_HELM", tmp_path / "no-shared")
@@ -68,7 +68,7 @@ def no_helm_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_without_helm_the_message_says_how_to_get_it(no_helm_source: Path) -> None:
-    from tests.cluster import helm
+    from ballast.testing import helm
 
     with pytest.raises(MissingPiece, match=r"no helm: Helm v4\.1\.4.*BALLAST_HELM_BIN.*shared/helm"):
         helm.helm_path()
@@ -82,7 +82,7 @@ def test_helm_is_unpacked_into_the_cache_and_verified(
     import hashlib
     import lzma
 
-    from tests.cluster import helm
+    from ballast.testing import helm
 
     src = tmp_path / "src"
     src.mkdir()
@@ -100,7 +100,7 @@ def test_helm_is_unpacked_into_the_cache_and_verified(
 
 
 def test_helm_unpacked_by_an_earlier_run_serves_without_a_source(no_helm_source: Path) -> None:
-    from tests.cluster import helm
+    from ballast.testing import helm
 
     no_helm_source.mkdir()
     (no_helm_source / "helm").write_text("#!/bin/sh\n")

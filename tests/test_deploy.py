@@ -24,13 +24,12 @@ from typing import Any
 import pytest
 import yaml
 
-from app import __version__
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from ballast import cli
+from ballast import __version__, cli
+from ballast.extender.main import create_app
+from ballast.model.policy import load_policy
+from ballast.testing.binaries import KUBE_VERSION, MissingPiece, kubectl_path
+from ballast.testing.parts import missing_part, under_ci
 from tests.chart import HELM_FLAGS
-from tests.cluster.controlplane import KUBE_VERSION, MissingPiece, kubectl_path
-from tests.conftest import missing_part, under_ci
 from tests.deploy_rbac import (
     BUILD_TOOLS,
     DEPLOY,
@@ -292,7 +291,7 @@ def test_the_scheduler_deployment() -> None:
     config = yaml.safe_load(get(DOCS, "ConfigMap", volume["configMap"]["name"])["data"][config_path.name])
     (ext,) = config["extenders"]
     assert ext["urlPrefix"] == f"http://{args.host}:{args.port}"
-    from common.durations import parse_duration
+    from ballast.contract.durations import parse_duration
 
     assert args.api_timeout < parse_duration(ext["httpTimeout"])
     assert config["profiles"] == [{"schedulerName": "ballast-scheduler"}]
@@ -861,9 +860,9 @@ def test_every_copy_source_exists_and_is_in_the_build_context() -> None:
                 rel = f.relative_to(ROOT).as_posix()
                 if f.is_file() and "__pycache__" not in f.parts:
                     assert not IGNORE.excluded(rel), f"{rel}: excluded by .dockerignore"
-    # what the build needs beyond app/ and agent/: setup.py generates the CRI stubs
+    # what the build needs beyond ballast/: setup.py generates the CRI stubs
     copied = {s for _, s in sources}
-    assert {"pyproject.toml", "setup.py", "README.md", "requirements.lock", "app", "agent"} <= copied
+    assert {"pyproject.toml", "setup.py", "README.md", "requirements.lock", "ballast"} <= copied
 
 
 def test_dockerignore_keeps_local_state_out() -> None:
@@ -873,17 +872,17 @@ def test_dockerignore_keeps_local_state_out() -> None:
         "tests/conftest.py",
         "bench/x.py",
         "ballast.egg-info/PKG-INFO",
-        "build/lib/app/extender/cli.py",
-        "app/__pycache__/cli.cpython-311.pyc",
+        "build/lib/ballast/extender/cli.py",
+        "ballast/__pycache__/cli.cpython-311.pyc",
         "scheduler_config/deploy/agent.yaml",
         ".pytest_cache/v",
         "Dockerfile",
     ):
         assert IGNORE.excluded(path), path
     for path in (
-        "app/extender/cli.py",
+        "ballast/extender/cli.py",
         "ballast/cli.py",
-        "agent/cri/api.proto",
+        "ballast/agent/cri/api.proto",
         "scheduler_config/policy.yaml",
         "setup.py",
     ):
@@ -969,21 +968,25 @@ def test_the_image_wheel_carries_the_cri_stubs_and_the_entry_point(wheel: Path, 
         entry = next(n for n in names if n.endswith("entry_points.txt"))
         assert "ballast = ballast.cli:main" in z.read(entry).decode()
         assert {
-            "agent/cri/api_pb2.py",
-            "agent/cri/api_pb2_grpc.py",
-            "app/extender/cli.py",
+            "ballast/agent/cri/api_pb2.py",
+            "ballast/agent/cri/api_pb2_grpc.py",
+            "ballast/extender/cli.py",
             "ballast/cli.py",
         } <= names
+        # One top-level package, named after the project; the test harnesses stay out of it.
+        packages = {n.split("/")[0] for n in names if n.endswith(".py")}
+        assert packages == {"ballast"}, packages
+        assert not any(n.startswith("ballast/testing/") for n in names)
         z.extractall(tmp_path / "site")
     # The generated stubs import with the locked grpcio/protobuf (the venv's): they check the versions.
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import agent.cri.api_pb2_grpc as g, agent; "
-        "assert agent.__file__.startswith(sys.argv[1]), agent.__file__; print(g.__name__)"
+        "import sys; sys.path.insert(0, sys.argv[1]); import ballast.agent.cri.api_pb2_grpc as g, ballast; "
+        "assert ballast.__file__.startswith(sys.argv[1]), ballast.__file__; print(g.__name__)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "site")], capture_output=True, text=True
     )
-    assert done.returncode == 0 and "agent.cri.api_pb2_grpc" in done.stdout, done.stderr
+    assert done.returncode == 0 and "ballast.agent.cri.api_pb2_grpc" in done.stdout, done.stderr
 
 
 def test_a_context_without_setup_py_would_ship_no_cri_stubs(tmp_path: Path) -> None:
@@ -992,7 +995,7 @@ def test_a_context_without_setup_py_would_ship_no_cri_stubs(tmp_path: Path) -> N
     sources = [s for i, s in copy_sources() if i == 0 and s != "setup.py"]
     whl = build_wheel(tmp_path, sources)
     with zipfile.ZipFile(whl) as z:
-        assert "agent/cri/api_pb2.py" not in z.namelist()
+        assert "ballast/agent/cri/api_pb2.py" not in z.namelist()
 
 
 # ---------------------------------------------------------------------------------------------- lock

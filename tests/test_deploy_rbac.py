@@ -19,15 +19,16 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
 from ballast import cli
-from common.kube import Kube, load_api_client
-from common.seal import SEAL_ANNOTATION, load_key
-from common.topology_annotations import AWARENESS_KEY
+from ballast.contract.seal import SEAL_ANNOTATION, load_key
+from ballast.contract.topology_result import AWARENESS_KEY
+from ballast.extender.main import create_app
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.policy import load_policy
+from ballast.testing.annotator import StubPrometheus, bind_pod, constant_prometheus
+from ballast.testing.fakekube import FakeKube, make_node, make_nrt, make_pod
+from ballast.testing.parts import wait_for
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
-from tests.annotator.helpers import StubPrometheus, bind_pod, constant_prometheus
-from tests.conftest import wait_for
 from tests.deploy_rbac import (
     DEPLOY,
     PROMETHEUS,
@@ -44,7 +45,6 @@ from tests.deploy_rbac import (
     manifests,
     objects,
 )
-from tests.fakekube import FakeKube, make_node, make_nrt, make_pod
 
 DOCS = objects({**manifests(DEPLOY, recursive=False), **manifests(PROMETHEUS)})
 """The default install and the Prometheus component (the annotator)."""
@@ -292,7 +292,7 @@ def annotator_args(prom_url: str, kubeconfig: Path, tmp_path: Path, *extra: str)
 
 
 def run_annotator_until(args: Any, done: Callable[[], bool]) -> None:
-    from app.annotator.run import run
+    from ballast.annotator.run import run
 
     stop = threading.Event()
     codes: list[int] = []
@@ -328,7 +328,7 @@ def annotator_calls(
         lambda: annotated(fake) and lease_held(fake) and fake.open_watches() >= 2,
     )
     assert not lease_held(fake), "the Lease was not released at shutdown"
-    from app.annotator.run import run
+    from ballast.annotator.run import run
 
     once = annotator_args(prom.url, kubeconfig, tmp_path, "--once", "--leader-elect", *extra)
     assert run(once) == 0
@@ -394,8 +394,8 @@ def agent_args(kubeconfig: Path, tmp_path: Path, *extra: str) -> Any:
 
 
 def run_agent_until(args: Any, done: Callable[[], Any]) -> None:
-    from agent.run import run
-    from agent.runtime import MemoryRuntime
+    from ballast.agent.cpumanager.runtime import MemoryRuntime
+    from ballast.agent.run import run
 
     stop = threading.Event()
     codes: list[int] = []
@@ -540,7 +540,7 @@ def rebalancer_calls(fake: FakeKube, kubeconfig: Path, tmp_path: Path) -> set[Ap
     subresource); what the authorizer sees is the call."""
     import yaml
 
-    from app.rebalancer.run import run
+    from ballast.rebalancer.run import run
 
     policy = policy_file(tmp_path)
     doc = yaml.safe_load(policy.read_text())

@@ -6,8 +6,8 @@ import re
 
 import yaml
 
-from tests.cluster.controlplane import KUBE_VERSION
-from tests.conftest import ROOT
+from ballast.testing.binaries import KUBE_VERSION
+from ballast.testing.parts import ROOT
 
 DEPLOY = ROOT / "scheduler_config" / "deploy"
 KUSTOMIZATION = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())

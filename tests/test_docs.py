@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ballast.cli import build_parser
-from tests.conftest import ROOT
+from ballast.testing.parts import ROOT
 
 PAGES = [
     ROOT / "README.md",

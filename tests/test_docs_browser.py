@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from tests.conftest import POLICY_FILE, missing_part, wait_for
+from ballast.extender.main import create_app
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE, missing_part, wait_for
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -7,12 +7,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.model.annotations import Sample
-from app.model.estimation import Estimate, counts, estimate_usage, extra, metric_plan, still_counted, units
-from app.model.nodestate import NodeLoad
-from app.model.podinfo import PodInfo
-from app.model.policy import Estimation, load_policy
-from tests.conftest import POLICY_FILE
+from ballast.model.annotations import Sample
+from ballast.model.estimation import (
+    Estimate,
+    counts,
+    estimate_usage,
+    extra,
+    metric_plan,
+    still_counted,
+    units,
+)
+from ballast.model.nodestate import NodeLoad
+from ballast.model.podinfo import PodInfo
+from ballast.model.policy import Estimation, load_policy
+from ballast.testing.parts import POLICY_FILE
 
 POLICY = load_policy(POLICY_FILE)
 NOW = 1_000_000.0

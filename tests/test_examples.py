@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from app.extender.numa.crane import numa_request
-from common.podspec import parse_pod
-from tests.conftest import ROOT
+from ballast.contract.pod import parse_pod
+from ballast.extender.numa.crane import numa_request
+from ballast.testing.parts import ROOT
 
 EXAMPLES = ROOT / "scheduler_config" / "examples"
 DEPLOY = ROOT / "scheduler_config" / "deploy"

@@ -12,13 +12,14 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.extender.main import create_app
-from app.extender.numa.crane_bind import MISSING
-from app.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
-from app.model.nodestate import NodeLoad
-from app.model.policy import load_policy
-from common.kube import Kube, load_api_client
-from tests.conftest import CAPTURE_TIME, POLICY_FILE, fixture_files, read_fixture
+from ballast.extender.main import create_app
+from ballast.extender.numa.crane_bind import MISSING
+from ballast.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.nodestate import NodeLoad
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
+from tests.conftest import CAPTURE_TIME, fixture_files, read_fixture
 from tests.test_cluster import clean, fixture_nodes
 
 BODIES = [p for p in fixture_files() if p.stem.split("-")[1] in ("filter", "prioritize")]

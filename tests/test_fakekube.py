@@ -19,7 +19,15 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.fakekube import FakeKube, FakeKubeError, make_event, make_lease, make_node, make_nrt, make_pod
+from ballast.testing.fakekube import (
+    FakeKube,
+    FakeKubeError,
+    make_event,
+    make_lease,
+    make_node,
+    make_nrt,
+    make_pod,
+)
 
 NRT = ("topology.crane.io", "v1alpha1", "noderesourcetopologies")
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")

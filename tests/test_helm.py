@@ -1,4 +1,5 @@
-"""The Helm chart (charts/ballast), rendered and linted by the real Helm (``tests/cluster/helm.py`` says where
+"""The Helm chart (charts/ballast), rendered and linted by the real Helm (``ballast/testing/helm.py`` says
+where
 it comes from): with default values it renders the kustomization's objects, so the two installs cannot
 drift apart; every value a user sets reaches the objects it names. Installing, upgrading and uninstalling
 against the real kube-apiserver: ``tests/cluster/test_helm_install.py``."""
@@ -13,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from app import __version__
-from app.model.policy import parse_policy
-from app.model.rebalance_policy import rebalance_settings
-from ballast import cli
+from ballast import __version__, cli
+from ballast.model.policy import parse_policy
+from ballast.model.rebalance_policy import rebalance_settings
+from ballast.testing.helm import run_helm
 from tests.chart import (
     CHART,
     CHART_ONLY,
@@ -29,7 +30,6 @@ from tests.chart import (
     template,
     write_values,
 )
-from tests.cluster.helm import run_helm
 from tests.test_deploy import render, with_prometheus
 
 SCHEDULER_CONFIG = CHART.parents[1] / "scheduler_config"
@@ -38,7 +38,7 @@ CRD_FILES = ("crd-nodeload.yaml", "crd-noderesourcetopology.yaml", "crd-nodereso
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    """Helm's cache, configuration and data homes for one test (``tests.cluster.helm.helm_env``)."""
+    """Helm's cache, configuration and data homes for one test (``ballast.testing.helm.helm_env``)."""
     require_helm()
     return tmp_path / "helm"
 

@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from common.kube import Kube, load_api_client
-from tests.cluster.controlplane import free_port
-from tests.conftest import CAPTURE_TIME, POLICY_FILE, read_fixture, wait_for
+from ballast.extender.main import create_app
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.policy import load_policy
+from ballast.testing.controlplane import free_port
+from ballast.testing.parts import POLICY_FILE, wait_for
+from tests.conftest import CAPTURE_TIME, read_fixture
 
 
 class Served:

@@ -1,9 +1,17 @@
-"""The package layering: ``common`` is the shared kernel, ``app`` (extender, annotator) and ``agent`` (node
-agent) build on it and never on each other, except that the agent reads the pure shared load model
-``app.model`` (the policy, the annotation format, the hot value, the load-source rule: it writes the same
-annotations as the annotator), never a program; only the ``ballast`` command composes both.
+"""The layering inside the one ``ballast`` package, floor by floor, each importing only the floors below:
 
-Every module under those packages is parsed (``ast``, nothing imported), every import statement counted,
+- ``contract``: what crosses the cluster boundary (annotations, NodeLoad, topology result, quantities,
+  times, reading a pod); pure, imports nothing else of Ballast;
+- ``kube``: the API client and reflector, on the contracts;
+- ``program``: what every program shares (flags, logs, health, metrics, leader election);
+- ``model``: the pure load model (policy, verdicts, estimates), on the contracts only;
+- the programs ``extender``, ``annotator``, ``rebalancer`` and ``agent``: on all of the above, never on
+  each other;
+- the ``ballast`` command (``ballast.cli``, ``__main__``), which composes the programs;
+- ``testing``: the harnesses of ``tests/`` and ``bench/``, which may import anything and which nothing
+  else imports.
+
+Every module under the package is parsed (``ast``, nothing imported), every import statement counted,
 the ones inside functions too, and resolved to the project module it loads (``from a import b`` loads
 ``a.b`` when that is a module, else ``a``; a relative import resolves against its package). The module
 graph must have no cycle: an import inside a function does not fail at load, but it still ties the two
@@ -19,9 +27,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("common", "app", "agent", "ballast")
-COMPOSER = "ballast"
-"""The one package that may import both ``app`` and ``agent``."""
+PACKAGES = ("ballast",)
+PROGRAMS = ("extender", "annotator", "rebalancer", "agent")
+BELOW = ("contract", "kube", "program", "model")
+ALLOWED: dict[str, set[str]] = {
+    "contract": set(),
+    "kube": {"contract"},
+    "program": {"contract", "kube"},
+    "model": {"contract"},
+    **{program: set(BELOW) for program in PROGRAMS},
+    "cli": {*BELOW, *PROGRAMS},
+    "testing": {*BELOW, *PROGRAMS, "cli"},
+}
+"""Each floor (``ballast.<floor>``) -> the other floors it may import. The package's own ``__init__`` and
+``__main__`` count as ``cli``."""
 
 
 def project_modules(root: Path = ROOT) -> dict[str, Path]:
@@ -45,10 +64,21 @@ def _resolve(name: str, modules: Mapping[str, Path]) -> str | None:
     return None
 
 
+def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node at any depth but under ``if TYPE_CHECKING:``: those imports serve annotations and load
+    nothing (the fake API server's request handler names the fake that owns it that way)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            yield from (n for child in node.orelse for n in (child, *_nodes(child)))
+            continue
+        yield node
+        yield from _nodes(node)
+
+
 def imports_of(module: str, path: Path, modules: Mapping[str, Path]) -> Iterator[tuple[str, int]]:
     """``(imported project module, line)`` for every import in the file, at any depth."""
     is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 target = _resolve(alias.name, modules)
@@ -71,7 +101,8 @@ def imports_of(module: str, path: Path, modules: Mapping[str, Path]) -> Iterator
 def import_graph(root: Path = ROOT) -> dict[str, dict[str, int]]:
     """module -> {imported project module: first line}. A module importing a package it is part of adds
     no edge: Python has loaded every enclosing package before the module itself, so that import loads
-    nothing (``agent.cri._stubs`` extends ``agent.cri.__path__`` that way). A package importing its own
+    nothing (``ballast.agent.cri._stubs`` extends ``ballast.agent.cri.__path__`` that way). A package
+    importing its own
     submodule is an edge like any other."""
     modules = project_modules(root)
     graph: dict[str, dict[str, int]] = {}
@@ -111,90 +142,72 @@ def find_cycle(graph: Mapping[str, Mapping[str, int]]) -> list[str] | None:
     return None
 
 
+def floor_of(module: str) -> str:
+    """``ballast.<floor>...`` -> the floor; the package itself and ``__main__`` are the command's floor."""
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "__main__":
+        return "cli"
+    return parts[1]
+
+
 def layering_violations(graph: Mapping[str, Mapping[str, int]], root: Path = ROOT) -> list[str]:
-    allowed = {
-        "common": {"common"},
-        "app": {"app", "common"},
-        "agent": {"agent", "common"},
-        COMPOSER: {COMPOSER, "app", "agent", "common"},
-    }
     out = []
     for module, edges in sorted(graph.items()):
-        top = module.partition(".")[0]
+        own = floor_of(module)
         for target, line in sorted(edges.items()):
-            if top == "agent" and (target == MODEL or target.startswith(MODEL + ".")):
-                continue  # the agent -> app.model edge, the one way into app
-            if target.partition(".")[0] not in allowed[top]:
+            theirs = floor_of(target)
+            if theirs != own and theirs not in ALLOWED.get(own, set()):
                 where = project_modules(root)[module].relative_to(root)
                 out.append(f"{where}:{line}: {module} imports {target}")
     return out
 
 
-def test_the_packages_import_only_downwards() -> None:
-    """common imports nothing from app or agent; app never imports agent; agent imports only app.model."""
-    bad = layering_violations(import_graph())
-    assert not bad, "imports across the layers:\n" + "\n".join(bad)
-
-
-def test_the_agent_may_read_the_model_and_nothing_else_of_app() -> None:
-    assert layering_violations({"agent.load.reporter": {"app.model.policy": 3, "app.model": 4}}) == []
-    (bad,) = layering_violations({"agent.run": {"app.rebalancer.cache": 1}})
-    assert bad.endswith("agent.run imports app.rebalancer.cache")
-
-
-PROGRAMS = ("app.extender", "app.annotator", "app.rebalancer")
-"""The cluster-level programs, each its own package on the shared load model."""
-MODEL = "app.model"
-
-
-def _package_of(module: str) -> str:
-    """The program package or ``app.model`` a module under ``app`` belongs to, else the module itself."""
-    for package in (*PROGRAMS, MODEL):
-        if module == package or module.startswith(package + "."):
-            return package
-    return module
-
-
-def program_violations(graph: Mapping[str, Mapping[str, int]]) -> list[str]:
-    """A program importing another program's package, or the model importing any program."""
-    out = []
-    for module, edges in sorted(graph.items()):
-        own = _package_of(module)
-        if own not in (*PROGRAMS, MODEL):
-            continue
-        for target in sorted(edges):
-            theirs = _package_of(target)
-            if theirs in PROGRAMS and theirs != own:
-                out.append(f"{module} imports {target}")
-    return out
-
-
-def test_no_program_imports_another() -> None:
-    """extender, annotator and rebalancer build on ``app.model`` and ``common``, never on each other, and
-    the model imports none of them: the tree says which modules are shared and which are one service's."""
-    bad = program_violations(import_graph())
-    assert not bad, "imports between programs:\n" + "\n".join(bad)
+def test_the_floors_import_only_downwards() -> None:
+    """contract imports nothing of Ballast; kube only contracts; the model only contracts; no program
+    imports another; only the command composes the programs; nothing but testing imports testing."""
     graph = import_graph()
-    for program in ("app.extender", "app.annotator"):
-        assert any(_package_of(t) == MODEL for m, e in graph.items() if m.startswith(program) for t in e)
+    assert {floor_of(m) for m in graph} == set(ALLOWED)
+    bad = layering_violations(graph)
+    assert not bad, "imports across the floors:\n" + "\n".join(bad)
 
 
-def test_the_program_check_catches_a_crossing() -> None:
-    graph = {
-        "app.model.load": {"app.extender.cache": 3},
-        "app.annotator.run": {"app.extender.metrics": 5, "app.model.policy": 6},
-        "app.extender.main": {"app.model.policy": 1},
-    }
-    assert program_violations(graph) == [
-        "app.annotator.run imports app.extender.metrics",
-        "app.model.load imports app.extender.cache",
-    ]
+def test_the_layering_check_catches_a_crossing() -> None:
+    assert (
+        layering_violations({"ballast.agent.load.reporter": {"ballast.model.policy": 3, "ballast.model": 4}})
+        == []
+    )
+    (bad,) = layering_violations({"ballast.agent.run": {"ballast.rebalancer.cache": 1}})
+    assert bad.endswith("ballast.agent.run imports ballast.rebalancer.cache")
+    (bad,) = layering_violations({"ballast.model.load": {"ballast.kube.client": 2}})
+    assert bad.endswith("ballast.model.load imports ballast.kube.client")
+    (bad,) = layering_violations({"ballast.extender.main": {"ballast.testing.fakekube": 2}})
+    assert bad.endswith("ballast.extender.main imports ballast.testing.fakekube")
 
 
-NUMA = "app.extender.numa"
-NUMA_PURE = ("app.extender.numa.crane", "app.extender.numa.community", "app.extender.numa.community_assumed")
+MODEL = "ballast.model"
+
+
+def test_the_programs_build_on_the_model() -> None:
+    graph = import_graph()
+    for program in ("ballast.extender", "ballast.annotator", "ballast.rebalancer", "ballast.agent"):
+        assert any(floor_of(t) == "model" for m, e in graph.items() if m.startswith(program) for t in e)
+
+
+NUMA = "ballast.extender.numa"
+NUMA_PURE = (
+    "ballast.extender.numa.crane",
+    "ballast.extender.numa.community",
+    "ballast.extender.numa.community_assumed",
+)
 """The NUMA arithmetic: tested with tables, so it reads no cluster and speaks no HTTP."""
-NUMA_MAY_IMPORT = (NUMA, "app.extender.bind", "app.extender.wire", MODEL, "common")
+NUMA_MAY_IMPORT = (
+    NUMA,
+    "ballast.extender.bind",
+    "ballast.extender.wire",
+    MODEL,
+    "ballast.contract",
+    "ballast.kube",
+)
 """The NUMA package sits beside the verbs: it knows the bind contract and the wire shapes, never the
 verbs' HTTP layer, the cache or the wiring that use it."""
 
@@ -209,9 +222,9 @@ def numa_violations(graph: Mapping[str, Mapping[str, int]]) -> list[str]:
     for module, edges in sorted(graph.items()):
         if not _within(module, (NUMA,)):
             continue
-        allowed = (*NUMA_PURE, "common") if module in NUMA_PURE else NUMA_MAY_IMPORT
+        allowed = (*NUMA_PURE, "ballast.contract") if module in NUMA_PURE else NUMA_MAY_IMPORT
         for target in sorted(edges):
-            if not _within(target, allowed) or (module in NUMA_PURE and target == "common.kube"):
+            if not _within(target, allowed) or (module in NUMA_PURE and target == "ballast.kube.client"):
                 out.append(f"{module} imports {target}")
     return out
 
@@ -225,13 +238,13 @@ def test_the_numa_package_stays_beside_the_verbs() -> None:
 
 def test_the_numa_check_catches_a_crossing() -> None:
     graph = {
-        "app.extender.numa.crane": {"common.kube": 1, "common.podspec": 2},
-        "app.extender.numa.check": {"app.extender.cache": 3, "app.extender.numa.crane": 4},
-        "app.extender.numa.crane_bind": {"app.extender.bind": 5, "common.kube": 6},
+        "ballast.extender.numa.crane": {"ballast.kube.client": 1, "ballast.contract.pod": 2},
+        "ballast.extender.numa.check": {"ballast.extender.cache": 3, "ballast.extender.numa.crane": 4},
+        "ballast.extender.numa.crane_bind": {"ballast.extender.bind": 5, "ballast.kube.client": 6},
     }
     assert numa_violations(graph) == [
-        "app.extender.numa.check imports app.extender.cache",
-        "app.extender.numa.crane imports common.kube",
+        "ballast.extender.numa.check imports ballast.extender.cache",
+        "ballast.extender.numa.crane imports ballast.kube.client",
     ]
 
 
@@ -244,8 +257,9 @@ def test_every_package_is_seen() -> None:
     """The walk reads every package, function-level imports included (else the two tests prove nothing)."""
     graph = import_graph()
     assert {m.partition(".")[0] for m in graph} == set(PACKAGES)
-    assert "agent.run" in graph["agent.cli"]  # imported inside run_agent
-    assert {"app.extender.cli", "app.annotator.cli", "agent.cli"} <= set(graph["ballast.cli"])
+    assert {floor_of(m) for m in graph} == set(ALLOWED)
+    assert "ballast.agent.run" in graph["ballast.agent.cli"]  # imported inside run_agent
+    assert {"ballast.extender.cli", "ballast.annotator.cli", "ballast.agent.cli"} <= set(graph["ballast.cli"])
 
 
 def _write(root: Path, files: Mapping[str, str]) -> None:
@@ -258,59 +272,62 @@ def _write(root: Path, files: Mapping[str, str]) -> None:
 @pytest.mark.parametrize(
     ("files", "violation", "cycle"),
     [
-        (  # the old app.extender.cli <-> agent.cli pair: a lazy import inside a function is still an edge
+        (  # two programs' commands: a lazy import inside a function is still an edge
             {
-                "app/extender/cli.py": "from agent import cli as agent_cli\n",
-                "agent/cli.py": "def f():\n    from app.extender.cli import add_common\n",
+                "ballast/extender/cli.py": "from ballast.agent import cli as agent_cli\n",
+                "ballast/agent/cli.py": "def f():\n    from ballast.extender.cli import add_common\n",
             },
-            "app.extender.cli imports agent.cli",
-            ["agent.cli", "app.extender.cli", "agent.cli"],
+            "ballast.extender.cli imports ballast.agent.cli",
+            ["ballast.agent.cli", "ballast.extender.cli", "ballast.agent.cli"],
         ),
         (  # relative imports resolve against their package, at any level
             {
-                "common/a.py": "from . import b\n",
-                "common/b.py": "from .sub.c import X\n",
-                "common/sub/__init__.py": "",
-                "common/sub/c.py": "from ..a import Y\n",
-                "app/x.py": "import agent.y\n",
-                "agent/y.py": "",
+                "ballast/contract/a.py": "from . import b\n",
+                "ballast/contract/b.py": "from .sub.c import X\n",
+                "ballast/contract/sub/__init__.py": "",
+                "ballast/contract/sub/c.py": "from ..a import Y\n",
+                "ballast/model/x.py": "import ballast.agent.y\n",
+                "ballast/agent/y.py": "",
             },
-            "app.x imports agent.y",
-            ["common.a", "common.b", "common.sub.c", "common.a"],
+            "ballast.model.x imports ballast.agent.y",
+            ["ballast.contract.a", "ballast.contract.b", "ballast.contract.sub.c", "ballast.contract.a"],
         ),
         (  # a package that imports its submodule, which imports a sibling that imports the package's name
             {
-                "common/p/__init__.py": "from common.p import m\n",
-                "common/p/m.py": "import common.p\nfrom common.p import n\n",
-                "common/p/n.py": "import common.p\n",
-                "common/k.py": "import app.kube\n",
-                "app/kube.py": "import common.k\n",
+                "ballast/contract/p/__init__.py": "from ballast.contract.p import m\n",
+                "ballast/contract/p/m.py": "import ballast.contract.p\nfrom ballast.contract.p import n\n",
+                "ballast/contract/p/n.py": "import ballast.contract.p\n",
+                "ballast/contract/k.py": "import ballast.kube.x\n",
+                "ballast/kube/x.py": "import ballast.contract.k\n",
             },
-            "common.k imports app.kube",
-            ["app.kube", "common.k", "app.kube"],
+            "ballast.contract.k imports ballast.kube.x",
+            ["ballast.contract.k", "ballast.kube.x", "ballast.contract.k"],
         ),
-        (  # the agent may read the shared model, never a program
+        (  # the agent may read the shared model, never another program
             {
-                "app/model/__init__.py": "",
-                "app/model/policy.py": "import agent.z\n",
-                "app/extender/__init__.py": "",
-                "app/extender/cache.py": "",
-                "agent/z.py": "from app.model import policy\nfrom app.extender import cache\n",
+                "ballast/model/policy.py": "import ballast.agent.z\n",
+                "ballast/extender/cache.py": "",
+                "ballast/agent/z.py": (
+                    "from ballast.model import policy\nfrom ballast.extender import cache\n"
+                ),
             },
-            "agent.z imports app.extender.cache",
-            ["agent.z", "app.model.policy", "agent.z"],
+            "ballast.agent.z imports ballast.extender.cache",
+            ["ballast.agent.z", "ballast.model.policy", "ballast.agent.z"],
         ),
-        (
-            {"common/k.py": "import app.kube\n", "app/kube.py": "import common.k\n"},
-            "common.k imports app.kube",
-            ["app.kube", "common.k", "app.kube"],
+        (  # nothing but the harnesses imports the harnesses
+            {
+                "ballast/kube/k.py": "import ballast.testing.t\n",
+                "ballast/testing/t.py": "import ballast.kube.k\n",
+            },
+            "ballast.kube.k imports ballast.testing.t",
+            ["ballast.kube.k", "ballast.testing.t", "ballast.kube.k"],
         ),
     ],
 )
 def test_the_checks_catch_what_they_are_for(
     tmp_path: Path, files: dict[str, str], violation: str, cycle: list[str]
 ) -> None:
-    for package in PACKAGES:
+    for package in ("ballast", *(f"ballast/{floor}" for floor in ALLOWED if floor != "cli")):
         _write(tmp_path, {f"{package}/__init__.py": ""})
     _write(tmp_path, files)
     graph = import_graph(tmp_path)

@@ -1,4 +1,4 @@
-"""The lean transport's HTTP handling (``common.kube_lean``) against a scripted server on a real socket:
+"""The lean transport's HTTP handling (``ballast.kube.lean``) against a scripted server on a real socket:
 what a reply can look like (chunked, cut short, not HTTP, never sent), when a connection is reused and when
 it is not, and that nothing malformed is sent. Its authentication against the real kube-apiserver is in
 ``tests/cluster/test_kube_lean.py``."""
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from common.kube import ApiError, Kube
-from common.kube_async import AsyncKube
-from common.kube_lean import LeanTransport, TransportError
+from ballast.kube.async_client import AsyncKube
+from ballast.kube.client import ApiError, Kube
+from ballast.kube.lean import LeanTransport, TransportError
 
 Reply = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[bool]]
 """Answers one request (its head and body as read); returns whether to keep the connection open."""

@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from common.kube import Kube, KubeConfigError
-from common.leader import LeaderElector, LeaderFlagsError, connect_elected, leader_flags_problem, micro_time
-from tests.fakekube import FakeKube
+from ballast.kube.client import Kube, KubeConfigError
+from ballast.program.leader import (
+    LeaderElector,
+    LeaderFlagsError,
+    connect_elected,
+    leader_flags_problem,
+    micro_time,
+)
+from ballast.testing.fakekube import FakeKube
 
 NS = "ballast-system"
 WALL0 = 1_800_000_000.0

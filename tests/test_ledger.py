@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.model.ledger import Ledger
-from app.model.policy import load_policy
-from tests.conftest import POLICY_FILE
+from ballast.model.ledger import Ledger
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
 
 
 class Clock:
@@ -27,7 +27,7 @@ def test_index_entries_of_expired_estimates_leave_even_for_nodes_nobody_asks_abo
 
 
 def _estimate(uid: str):
-    from app.model.estimation import Estimate
+    from ballast.model.estimation import Estimate
 
     return Estimate(uid, uid, "n", 100, 1 << 20, 0.0)
 
@@ -35,7 +35,7 @@ def _estimate(uid: str):
 def test_an_estimate_is_forgotten_its_ttl_after_it_was_stored() -> None:
     """The estimates' store keeps an entry exactly until ``stored + ttl`` (as ``TTLCache`` did), for every
     way the ledger reads it, and storing it again starts its time over."""
-    from app.model.ledger import _Expiring
+    from ballast.model.ledger import _Expiring
 
     clock = Clock()
     store = _Expiring(10, 30.0, clock)
@@ -52,7 +52,7 @@ def test_an_estimate_is_forgotten_its_ttl_after_it_was_stored() -> None:
 
 
 def test_the_estimates_store_is_bounded_and_a_clock_stepped_back_returns_nothing_expired() -> None:
-    from app.model.ledger import _Expiring
+    from ballast.model.ledger import _Expiring
 
     clock = Clock()
     store = _Expiring(3, 30.0, clock)

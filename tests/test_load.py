@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from app.model.annotations import format_hot_value, format_load
-from app.model.load import (
+from ballast.model.annotations import format_hot_value, format_load
+from ballast.model.load import (
     check_node,
     dominant_of,
     project,
@@ -16,8 +16,8 @@ from app.model.load import (
     score_node,
     to_extender_score,
 )
-from app.model.nodestate import parse_node
-from app.model.policy import Policy
+from ballast.model.nodestate import parse_node
+from ballast.model.policy import Policy
 
 NOW = 1_800_000_000.0
 METRICS = (
@@ -123,7 +123,7 @@ def test_rejection_reason_names_metric_value_limit_and_age(policy: Policy) -> No
 
 
 def test_zero_limit_disables_predicate() -> None:
-    from app.model.policy import parse_policy
+    from ballast.model.policy import parse_policy
 
     p = parse_policy(
         "spec:\n  syncPolicy: [{name: cpu_usage_avg_5m, period: 3m}]\n"
@@ -217,7 +217,7 @@ def after(load, p: Policy, cpu: int, mem: int) -> float:
 def test_a_node_short_of_one_resource_ranks_below_a_balanced_one(pod) -> None:
     """A node near its memory but idle on cpu looks less loaded on the mean (0.30 against 0.33) and took
     every pod; with the dominant term it ranks by its memory, whatever the pod's shape."""
-    from app.model.policy import parse_policy
+    from ballast.model.policy import parse_policy
 
     plain = parse_policy(TWO_METRICS)
     dominant = parse_policy(TWO_METRICS + "  dominantResourceWeight: 12\n")
@@ -237,7 +237,7 @@ def test_a_node_short_of_one_resource_ranks_below_a_balanced_one(pod) -> None:
 def test_the_dominant_term_is_the_nodes_standing_load_and_the_pod_counts_in_the_mean() -> None:
     """(sum(w * (u + estimates + pod)) + D * max_r standing load_r) / (sum(w) + D): the estimates of pods
     already on the node count in both, this pod's in the mean only."""
-    from app.model.policy import parse_policy
+    from ballast.model.policy import parse_policy
 
     p = parse_policy(TWO_METRICS + "  dominantResourceWeight: 2\n")
     load = parse_node(node({"cpu_usage_avg_5m": 0.2, "mem_usage_avg_5m": 0.4}), p, NOW)

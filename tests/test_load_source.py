@@ -1,4 +1,4 @@
-"""The two-writers rule (app/model/load_source.py): a writer leaves another source's fresh values alone,
+"""The two-writers rule (ballast/model/load_source.py): a writer leaves another source's fresh values alone,
 takes over stale or unstamped ones, and never defers to itself."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.model.annotations import format_hot_value, format_load
-from app.model.load_source import (
+from ballast.model.annotations import format_hot_value, format_load
+from ballast.model.load_source import (
     ANNOTATOR_SOURCE,
     LOAD_ANNOTATION_KEYS,
     LOAD_SOURCE_KEY,
@@ -16,7 +16,7 @@ from app.model.load_source import (
     agent_source,
     other_fresh_source,
 )
-from app.model.policy import load_policy
+from ballast.model.policy import load_policy
 
 POLICY = load_policy(Path(__file__).resolve().parents[1] / "scheduler_config" / "policy.yaml")
 NOW = 1_764_100_800.0

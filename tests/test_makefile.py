@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT, wait_for
+from ballast.testing.parts import ROOT, wait_for
 
 IDENTITY = 'import sys; print(sys.version.replace("\\n", " ") + " | " + sys.base_prefix)'
 

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from ballast.testing.parts import ROOT
 
 BOUND_KIB_PER_NODE = 5.0
 

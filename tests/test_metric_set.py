@@ -1,10 +1,10 @@
-"""``common.metrics.MetricSet``: the one shape every program declares its metrics in."""
+"""``ballast.program.metrics.MetricSet``: the one shape every program declares its metrics in."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from common.metrics import MetricSet
+from ballast.program.metrics import MetricSet
 
 
 def scrape(registry: CollectorRegistry) -> str:

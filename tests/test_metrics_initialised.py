@@ -8,10 +8,10 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from app.annotator.metrics import AnnotatorMetrics
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from tests.conftest import POLICY_FILE
+from ballast.annotator.metrics import AnnotatorMetrics
+from ballast.extender.main import create_app
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
 
 POLICY = load_policy(POLICY_FILE)
 PREDICATES = {p.name for p in POLICY.predicates}

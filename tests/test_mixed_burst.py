@@ -12,9 +12,9 @@ import dataclasses
 
 import pytest
 
-from app.model.policy import load_policy
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
 from bench.mixed_burst import Node, ballast, burst, greedy, koordinator_form, offline_ideal, outcome, scenario
-from tests.conftest import POLICY_FILE
 
 SHIPPED = load_policy(POLICY_FILE)
 MEAN = dataclasses.replace(SHIPPED, dominant_resource_weight=0.0)

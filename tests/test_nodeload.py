@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.nodeload import (
+from ballast.contract.nodeload import (
     API_VERSION,
     GROUP,
     KIND,
@@ -105,7 +105,7 @@ def test_the_crd_manifest_has_the_module_coordinates() -> None:
 def test_a_quantity_text_is_judged_against_each_ceiling_however_often_it_is_read() -> None:
     """Texts are parsed once and remembered; what is remembered is per ceiling, so the same text can be a
     valid memory amount and an impossible CPU amount in the same status, read after read."""
-    from common.nodeload import MAX_CPU_CORES, _quantity
+    from ballast.contract.nodeload import MAX_CPU_CORES, _quantity
 
     huge = str(MAX_CPU_CORES * 10)  # 10^6 cores: no node has them; 10^6 bytes of memory is ordinary
     for _ in range(3):

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.extender.numa.community import (
+from ballast.contract.podfingerprint import fingerprint, xxh64
+from ballast.extender.numa.community import (
     CommunityTopology,
     Malformed,
     community_demand,
@@ -16,8 +17,7 @@ from app.extender.numa.community import (
     community_score,
     parse_community,
 )
-from common.podfingerprint import fingerprint, xxh64
-from tests.nrt_community_objects import GI, container, guaranteed, nrt, pod, two_zones, zone
+from ballast.testing.nrt_community import GI, container, guaranteed, nrt, pod, two_zones, zone
 
 
 def topo(obj: dict[str, Any]) -> CommunityTopology:
@@ -335,7 +335,7 @@ def test_the_api_coordinates_match_the_shipped_crd() -> None:
 
     import yaml
 
-    from common.nrt_api import COMMUNITY_GROUP, COMMUNITY_NRT_PATH, COMMUNITY_VERSION, KIND, PLURAL
+    from ballast.contract.nrt import COMMUNITY_GROUP, COMMUNITY_NRT_PATH, COMMUNITY_VERSION, KIND, PLURAL
 
     root = Path(__file__).resolve().parents[1]
     crd = yaml.safe_load((root / "scheduler_config" / "crd-noderesourcetopology-v1alpha2.yaml").read_text())
@@ -357,7 +357,7 @@ def test_the_api_coordinates_match_the_shipped_crd() -> None:
 
 
 def test_assumed_record_expires_forgets_and_settles() -> None:
-    from app.extender.numa.community_assumed import Assumed, AssumedRecord
+    from ballast.extender.numa.community_assumed import Assumed, AssumedRecord
 
     now = [100.0]
     rec = AssumedRecord(60, lambda: now[0])
@@ -374,7 +374,7 @@ def test_assumed_record_expires_forgets_and_settles() -> None:
 
 class _Record:
     def __init__(self, ns: str, name: str, cpu: int, limit: int, mem: int, mem_limit: int) -> None:
-        from app.model.podinfo import PodInfo
+        from ballast.model.podinfo import PodInfo
 
         self.namespace, self.name = ns, name
         self.info = PodInfo(ns, name, name, False, cpu, limit, mem, mem_limit)
@@ -382,8 +382,8 @@ class _Record:
 
 @pytest.mark.parametrize("method", ["all", "with-exclusive-resources"])
 def test_the_fingerprint_settles_a_node_only_when_it_signs_the_known_and_assumed_pods(method: str) -> None:
-    from app.extender.numa.community_assumed import Assumed
-    from app.extender.numa.community_view import CommunityView
+    from ballast.extender.numa.community_assumed import Assumed
+    from ballast.extender.numa.community_view import CommunityView
 
     known = [
         _Record("shop", "db", 4000, 4000, GI, GI),  # exclusive CPUs
@@ -411,13 +411,13 @@ def test_the_fingerprint_settles_a_node_only_when_it_signs_the_known_and_assumed
 
 
 def test_nodes_alike_share_an_answer_but_not_what_is_assumed_on_one_of_them() -> None:
-    from app.extender.numa.community_assumed import Assumed
-    from app.extender.numa.community_check import CommunityCheck
-    from app.extender.numa.community_view import CommunityView
-    from app.model.podinfo import pod_info
-    from app.model.policy import load_policy
-    from app.model.policy_store import PolicyStore
-    from tests.conftest import POLICY_FILE
+    from ballast.extender.numa.community_assumed import Assumed
+    from ballast.extender.numa.community_check import CommunityCheck
+    from ballast.extender.numa.community_view import CommunityView
+    from ballast.model.podinfo import pod_info
+    from ballast.model.policy import load_policy
+    from ballast.model.policy_store import PolicyStore
+    from ballast.testing.parts import POLICY_FILE
 
     view = CommunityView(lambda _n: ())
     view.replace([two_zones(n, 2, 4) for n in ("a", "b", "c")] + [two_zones("d", 2, 8)], "1")

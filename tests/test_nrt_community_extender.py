@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.extender.numa.community_assumed import Assumed
-from app.model.policy import load_policy
-from common.kube import Kube, load_api_client
-from common.podfingerprint import fingerprint
-from tests.conftest import POLICY_FILE, wait_for
-from tests.fakekube import make_nrt
-from tests.nrt_community_objects import container, guaranteed, pod, two_zones
+from ballast.contract.podfingerprint import fingerprint
+from ballast.extender.main import create_app
+from ballast.extender.numa.community_assumed import Assumed
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.policy import load_policy
+from ballast.testing.fakekube import make_nrt
+from ballast.testing.nrt_community import container, guaranteed, pod, two_zones
+from ballast.testing.parts import POLICY_FILE, wait_for
 
 FULL, ROOMY, LOOSE, BOTH, PLAIN = "nfd-full", "nfd-roomy", "nfd-best-effort", "both", "plain"
 

@@ -9,8 +9,10 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.extender.numa.crane import (
+from ballast.contract.pod import parse_pod
+from ballast.contract.topology_result import render_topology_result
+from ballast.extender.main import create_app
+from ballast.extender.numa.crane import (
     NumaRequest,
     ZoneUsage,
     combine,
@@ -19,13 +21,12 @@ from app.extender.numa.crane import (
     numa_score,
     parse_nrt,
 )
-from app.extender.numa.crane_bind import MISSING
-from app.model.policy import load_policy
-from common.kube import Kube, load_api_client
-from common.podspec import parse_pod
-from common.topology_annotations import render_topology_result
-from tests.conftest import POLICY_FILE, read_fixture, wait_for
-from tests.fakekube import make_nrt
+from ballast.extender.numa.crane_bind import MISSING
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.policy import load_policy
+from ballast.testing.fakekube import make_nrt
+from ballast.testing.parts import POLICY_FILE, wait_for
+from tests.conftest import read_fixture
 
 KAFKA = read_fixture("node-names/05-filter-guaranteed-exclusive-cpu-kafka-broker.json")["Pod"]
 

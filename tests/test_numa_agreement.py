@@ -2,7 +2,8 @@
 
 Before, the extender counted the topology result of every pod on a node: a BestEffort pod from the default
 scheduler with ``capacity.cpu: "100000"`` made every zone show free -99 996 CPUs and blocked all
-Guaranteed pods there, while the agent ignored that pod. Both now decide through ``common.exclusive``.
+Guaranteed pods there, while the agent ignored that pod. Both now decide through
+``ballast.contract.exclusive``.
 """
 
 from __future__ import annotations
@@ -12,21 +13,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.cpuset import CPUSet
-from agent.policy import StaticPolicy
-from agent.state import MemoryState
-from app.extender.cache import pod_record
-from app.extender.numa.crane import exclusive_zones, numa_request, parse_nrt
-from app.model.podinfo import pod_info
-from common.podspec import parse_pod
-from common.topology_annotations import (
+from ballast.agent.cpumanager.policy_static import StaticPolicy
+from ballast.agent.cpumanager.state import MemoryState
+from ballast.agent.cpuset import CPUSet
+from ballast.contract.pod import parse_pod
+from ballast.contract.topology_result import (
     TOPOLOGY_RESULT_ANNOTATION,
     parse_topology_result,
     render_topology_result,
 )
+from ballast.extender.cache import pod_record
+from ballast.extender.numa.crane import exclusive_zones, numa_request, parse_nrt
+from ballast.model.podinfo import pod_info
+from ballast.testing.fakekube import make_nrt
+from ballast.testing.parts import wait_for
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
-from tests.conftest import wait_for
-from tests.fakekube import make_nrt
 from tests.test_numa import N1, guaranteed, numa, zones  # noqa: F401 (numa is a fixture)
 
 TRUSTED = "ballast-scheduler"
@@ -227,12 +228,12 @@ def test_extender_and_agent_agree_on_pods_without_a_trusted_result() -> None:
     scheduler, a pod created with ``nodeName``, an unsealed result (with a key), a malformed result, a
     result of an untrusted scheduler. With the agent's assignments published per zone in the NRT, the
     extender counts exactly what the agent holds in every zone."""
-    from agent.kubelet_config import KubeletSettings
-    from agent.nrt import build_nrt
-    from app.extender.cache import ClusterCache
-    from app.model.policy import load_policy
-    from app.model.policy_store import PolicyStore
-    from tests.conftest import POLICY_FILE
+    from ballast.agent.kubelet_config import KubeletSettings
+    from ballast.agent.nrt.crane import build_nrt
+    from ballast.extender.cache import ClusterCache
+    from ballast.model.policy import load_policy
+    from ballast.model.policy_store import PolicyStore
+    from ballast.testing.parts import POLICY_FILE
 
     def pod(name: str, cpus: int, scheduler: str, result: str | None = None) -> dict:
         p = guaranteed(name, cpus)
@@ -283,11 +284,11 @@ def test_extender_and_agent_agree_on_pods_without_a_trusted_result() -> None:
 def test_a_listed_pod_counts_only_while_bound_there_or_briefly_unseen() -> None:
     """What the agent's NRT lists counts only for pods the pod watch shows bound to that node; one it has
     not seen counts for ``HELD_GRACE_SECONDS`` (a lagging watch), then not; one seen to go, never."""
-    from app.extender.cache import HELD_GRACE_SECONDS, ClusterCache, PodRecord
-    from app.model.policy import load_policy
-    from app.model.policy_store import PolicyStore
-    from common.topology_annotations import EXCLUSIVE_PODS_ATTRIBUTE, render_zone_pods
-    from tests.conftest import POLICY_FILE
+    from ballast.contract.topology_result import EXCLUSIVE_PODS_ATTRIBUTE, render_zone_pods
+    from ballast.extender.cache import HELD_GRACE_SECONDS, ClusterCache, PodRecord
+    from ballast.model.policy import load_policy
+    from ballast.model.policy_store import PolicyStore
+    from ballast.testing.parts import POLICY_FILE
 
     now = [1000.0]
     cache = ClusterCache(None, PolicyStore(load_policy(POLICY_FILE)), clock=lambda: now[0])  # type: ignore[arg-type]
@@ -312,11 +313,11 @@ def test_an_unseen_pods_grace_starts_when_the_nrt_listing_it_arrives() -> None:
     listed, not from the first filter that looks at the node: a node first evaluated 270 s after its NRT
     arrived is not blocked 30 s more. A UID that a later NRT adds gets its own grace from then; one listed
     all along keeps its start through updates and a relist."""
-    from app.extender.cache import HELD_GRACE_SECONDS, ClusterCache
-    from app.model.policy import load_policy
-    from app.model.policy_store import PolicyStore
-    from common.topology_annotations import EXCLUSIVE_PODS_ATTRIBUTE, render_zone_pods
-    from tests.conftest import POLICY_FILE
+    from ballast.contract.topology_result import EXCLUSIVE_PODS_ATTRIBUTE, render_zone_pods
+    from ballast.extender.cache import HELD_GRACE_SECONDS, ClusterCache
+    from ballast.model.policy import load_policy
+    from ballast.model.policy_store import PolicyStore
+    from ballast.testing.parts import POLICY_FILE
 
     now = [1000.0]
     cache = ClusterCache(None, PolicyStore(load_policy(POLICY_FILE)), clock=lambda: now[0])  # type: ignore[arg-type]

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.model import podinfo
-from app.model.bad_request import BadRequest
-from app.model.podinfo import PodInfoMemo
+from ballast.model import podinfo
+from ballast.model.bad_request import BadRequest
+from ballast.model.podinfo import PodInfoMemo
 
 
 def _pod(cpu: object = "500m", priority: object = 10, uid: str = "u1") -> dict:

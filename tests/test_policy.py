@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.model.policy import (
+from ballast.model.policy import (
     ESTIMATION_FIELDS,
     HOT_VALUE_FIELDS,
     PREDICATE_FIELDS,
@@ -18,8 +18,8 @@ from app.model.policy import (
     load_policy,
     parse_policy,
 )
-from app.model.pools import POOL_FIELDS
-from tests.conftest import POLICY_FILE
+from ballast.model.pools import POOL_FIELDS
+from ballast.testing.parts import POLICY_FILE
 
 BASE = """
 apiVersion: scheduler.policy.crane.io/v1alpha1
@@ -204,7 +204,7 @@ def test_any_loading_failure_is_a_policy_error(text: str, tmp_path: Path) -> Non
 def test_reload_of_an_unforeseen_failure_is_refused(tmp_path: Path) -> None:
     from prometheus_client import CollectorRegistry
 
-    from app.model.policy_store import PolicyStore, policy_reload_metrics
+    from ballast.model.policy_store import PolicyStore, policy_reload_metrics
 
     registry = CollectorRegistry()
     reloads, ok = policy_reload_metrics("ballast", registry)

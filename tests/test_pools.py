@@ -10,20 +10,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.extender.extender import Extender
-from app.extender.metrics import ExtenderMetrics
-from app.extender.wire import ExtenderArgs
-from app.model.annotations import format_load
-from app.model.ledger import Ledger
-from app.model.load import check_node, score_node
-from app.model.nodestate import parse_node
-from app.model.podinfo import pod_info
-from app.model.policy import PolicyError, load_policy, parse_policy
-from app.model.policy_store import PolicyStore
-from app.model.selector import parse_selector
-from app.model.thresholds import THRESHOLDS_ANNOTATION
-from tests.conftest import POLICY_FILE
-from tests.node_source import StaticSource
+from ballast.extender.extender import Extender
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.extender.wire import ExtenderArgs
+from ballast.model.annotations import format_load
+from ballast.model.ledger import Ledger
+from ballast.model.load import check_node, score_node
+from ballast.model.nodestate import parse_node
+from ballast.model.podinfo import pod_info
+from ballast.model.policy import PolicyError, load_policy, parse_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.model.selector import parse_selector
+from ballast.model.thresholds import THRESHOLDS_ANNOTATION
+from ballast.testing.node_source import StaticSource
+from ballast.testing.parts import POLICY_FILE
 from tests.oracle import Oracle
 from tests.test_verdicts import decoded
 
@@ -246,7 +246,7 @@ def test_bad_thresholds_annotation_is_ignored_for_that_node_only(text: str, reas
 def test_bad_thresholds_annotation_is_counted_and_shown_in_nodes() -> None:
     from fastapi.testclient import TestClient
 
-    from app.extender.main import create_app
+    from ballast.extender.main import create_app
 
     metrics = ExtenderMetrics()
     app = create_app(POLICY, metrics=metrics, clock=lambda: NOW)
@@ -427,7 +427,7 @@ def test_the_operators_guide_worked_example_is_what_the_code_does() -> None:
     """docs/operators.md, "Node pools": its policy and its table of effective limits agree."""
     import re
 
-    from tests.conftest import ROOT
+    from ballast.testing.parts import ROOT
 
     page = (ROOT / "docs" / "operators.md").read_text()
     section = page[page.index("## Node pools") :]
@@ -464,9 +464,9 @@ def test_label_and_annotation_changes_arrive_through_the_node_watch(fake_kube, k
     carrying the node."""
     from fastapi.testclient import TestClient
 
-    from app.extender.main import create_app
-    from common.kube import Kube, load_api_client
-    from tests.conftest import wait_for
+    from ballast.extender.main import create_app
+    from ballast.kube.client import Kube, load_api_client
+    from ballast.testing.parts import wait_for
 
     fake_kube.add(
         node("n", cpu_usage_avg_5m=0.75, mem_usage_avg_5m=0.1) | {"kind": "Node", "apiVersion": "v1"}

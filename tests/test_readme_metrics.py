@@ -7,13 +7,13 @@ import re
 
 from prometheus_client import CollectorRegistry
 
-from agent.load.metrics import LoadMetrics
-from agent.metrics import CPUManagerMetrics
-from agent.publisher import PublisherMetrics
-from app.annotator.metrics import AnnotatorMetrics
-from app.extender.metrics import ExtenderMetrics
-from app.rebalancer.metrics import RebalancerMetrics
-from tests.conftest import ROOT
+from ballast.agent.cpumanager.metrics import CPUManagerMetrics
+from ballast.agent.load.metrics import LoadMetrics
+from ballast.agent.nrt.publisher import PublisherMetrics
+from ballast.annotator.metrics import AnnotatorMetrics
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.rebalancer.metrics import RebalancerMetrics
+from ballast.testing.parts import ROOT
 
 
 def exported(registry: CollectorRegistry) -> set[str]:

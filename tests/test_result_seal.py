@@ -15,19 +15,19 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.cpuset import CPUSet
-from agent.policy import StaticPolicy
-from app.extender.main import create_app
-from app.model.policy import load_policy
+from ballast.agent.cpumanager.policy_static import StaticPolicy
+from ballast.agent.cpuset import CPUSet
 from ballast.cli import main as ballast_main
-from common.kube import Kube, load_api_client
-from common.podspec import parse_pod
-from common.seal import SEAL_ANNOTATION, SealKeyError, load_key, seal, verify
-from common.topology_annotations import render_topology_result
-from tests.agent.cri_fake import SCHEDULER, container, pod
+from ballast.contract.pod import parse_pod
+from ballast.contract.seal import SEAL_ANNOTATION, SealKeyError, load_key, seal, verify
+from ballast.contract.topology_result import render_topology_result
+from ballast.extender.main import create_app
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.policy import load_policy
+from ballast.testing.cri_fake import SCHEDULER, container, pod
+from ballast.testing.fakekube import make_nrt
+from ballast.testing.parts import POLICY_FILE, ROOT, wait_for
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
-from tests.conftest import POLICY_FILE, ROOT, wait_for
-from tests.fakekube import make_nrt
 from tests.test_numa import N1, guaranteed, node, zones
 
 KEY = b"k" * 32

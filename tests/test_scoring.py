@@ -13,20 +13,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.extender.explain import explain
-from app.extender.extender import Extender
-from app.extender.metrics import ExtenderMetrics
-from app.extender.wire import ExtenderArgs
-from app.model.annotations import format_hot_value, format_load
-from app.model.ledger import Ledger
-from app.model.load import RUNNER_UP, projected_load, relative_scores
-from app.model.nodestate import NodeLoad, parse_node
-from app.model.podinfo import pod_info
-from app.model.policy import PolicyError, load_policy, parse_policy
-from app.model.policy_store import PolicyStore
+from ballast.extender.explain import explain
+from ballast.extender.extender import Extender
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.extender.wire import ExtenderArgs
+from ballast.model.annotations import format_hot_value, format_load
+from ballast.model.ledger import Ledger
+from ballast.model.load import RUNNER_UP, projected_load, relative_scores
+from ballast.model.nodestate import NodeLoad, parse_node
+from ballast.model.podinfo import pod_info
+from ballast.model.policy import PolicyError, load_policy, parse_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.testing.node_source import StaticSource
+from ballast.testing.parts import POLICY_FILE
 from bench.spread import cv, water_fill
-from tests.conftest import POLICY_FILE
-from tests.node_source import StaticSource
 from tests.oracle import Oracle
 
 RELATIVE = load_policy(POLICY_FILE)

@@ -15,11 +15,12 @@ from collections.abc import Iterator
 import pytest
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.extender.cli import server_config
-from app.extender.connections import MAX_HEAD_BYTES
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from tests.conftest import POLICY_FILE, read_fixture, wait_for
+from ballast.extender.cli import server_config
+from ballast.extender.connections import MAX_HEAD_BYTES
+from ballast.extender.main import create_app
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE, wait_for
+from tests.conftest import read_fixture
 from tests.shipped_server import shipped_server
 
 BODY = json.dumps(read_fixture("full-nodes/01-filter-burstable-checkout-api.json")).encode()

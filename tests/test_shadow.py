@@ -12,20 +12,21 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.extender import Extender
-from app.extender.main import create_app
-from app.extender.metrics import ExtenderMetrics
-from app.extender.shadow import MAX_FAVOURED, TTL_SECONDS, ShadowBook
-from app.extender.wire import ExtenderArgs
-from app.model.annotations import format_load
-from app.model.ledger import Ledger
-from app.model.nodestate import parse_node
-from app.model.policy import load_policy
-from app.model.policy_store import PolicyStore
 from ballast.cli import main
-from common.kube import Kube, load_api_client
-from tests.conftest import CAPTURE_TIME, POLICY_FILE, wait_for
-from tests.node_source import StaticSource
+from ballast.extender.extender import Extender
+from ballast.extender.main import create_app
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.extender.shadow import MAX_FAVOURED, TTL_SECONDS, ShadowBook
+from ballast.extender.wire import ExtenderArgs
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.annotations import format_load
+from ballast.model.ledger import Ledger
+from ballast.model.nodestate import parse_node
+from ballast.model.policy import load_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.testing.node_source import StaticSource
+from ballast.testing.parts import POLICY_FILE, wait_for
+from tests.conftest import CAPTURE_TIME
 from tests.test_cluster import HOT, IDLE, _bind, _metric, clean, fixture_nodes, pod_obj
 
 NOW = 1_800_000_000.0

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent.load.metrics import LoadMetrics
-from agent.metrics import CPUManagerMetrics
-from agent.publisher import PublisherMetrics
-from app.annotator.metrics import AnnotatorMetrics
-from app.extender.main import create_app
-from app.extender.metrics import ExtenderMetrics
-from app.model.policy import load_policy
-from app.rebalancer.metrics import RebalancerMetrics
+from ballast.agent.cpumanager.metrics import CPUManagerMetrics
+from ballast.agent.load.metrics import LoadMetrics
+from ballast.agent.nrt.publisher import PublisherMetrics
+from ballast.annotator.metrics import AnnotatorMetrics
+from ballast.extender.main import create_app
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.model.policy import load_policy
+from ballast.rebalancer.metrics import RebalancerMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 SURFACE = ROOT / "tests" / "fixtures" / "surface"

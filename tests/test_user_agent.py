@@ -11,9 +11,9 @@ from pathlib import Path
 
 import orjson
 
-from tests.cluster.controlplane import free_port
-from tests.conftest import POLICY_FILE, wait_for
-from tests.fakekube import FakeKube
+from ballast.testing.controlplane import free_port
+from ballast.testing.fakekube import FakeKube
+from ballast.testing.parts import POLICY_FILE, wait_for
 
 
 def test_the_extender_names_itself_on_every_call(fake_kube: FakeKube, kubeconfig: Path) -> None:

@@ -10,20 +10,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.extender import extender as extender_module
-from app.extender.extender import Extender
-from app.extender.metrics import ExtenderMetrics
-from app.extender.wire import ExtenderArgs
-from app.model.annotations import format_hot_value, format_load
-from app.model.ledger import Ledger
-from app.model.load import check_node, projected_load, score_node
-from app.model.nodestate import NodeLoad, parse_node
-from app.model.podinfo import PodInfo
-from app.model.policy import load_policy
-from app.model.policy_store import PolicyStore
-from app.model.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, derive, judge
-from tests.conftest import POLICY_FILE
-from tests.node_source import StaticSource
+from ballast.extender import extender as extender_module
+from ballast.extender.extender import Extender
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.extender.wire import ExtenderArgs
+from ballast.model.annotations import format_hot_value, format_load
+from ballast.model.ledger import Ledger
+from ballast.model.load import check_node, projected_load, score_node
+from ballast.model.nodestate import NodeLoad, parse_node
+from ballast.model.podinfo import PodInfo
+from ballast.model.policy import load_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.model.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, derive, judge
+from ballast.testing.node_source import StaticSource
+from ballast.testing.parts import POLICY_FILE
 from tests.oracle import Oracle
 
 POLICY = load_policy(POLICY_FILE)
@@ -347,7 +347,7 @@ def _one_node_following_the_ledger(clock: list[float]) -> tuple[NodeLoad, Ledger
 def test_a_bind_on_the_node_of_its_hold_works_nothing_out_again(monkeypatch) -> None:
     """The bind of a pod where its hold is moves an estimate of the same size from hold to placement: the
     node's verdicts, score and rooms stand (only their expiry moves), and the board works nothing out."""
-    from app.model import verdicts
+    from ballast.model import verdicts
 
     clock = [NOW]
     load, ledger, board = _one_node_following_the_ledger(clock)
@@ -405,7 +405,7 @@ def test_a_verdict_that_stands_keeps_every_field_but_its_expiry() -> None:
     added to ``Derived`` and not copied would be lost on every bind, so the copy must equal ``replace``."""
     import dataclasses
 
-    from app.model.verdicts import restand
+    from ballast.model.verdicts import restand
 
     clock = [NOW]
     load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})

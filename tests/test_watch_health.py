@@ -14,11 +14,11 @@ import httpx
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from common.kube import ApiError, Kube, Reflector, load_api_client
+from ballast.extender.main import create_app
+from ballast.kube.client import ApiError, Kube, Reflector, load_api_client
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE, wait_for
 from tests.annotator.test_run import prom  # noqa: F401 (a fixture)
-from tests.conftest import POLICY_FILE, wait_for
 
 
 def _samples(client: TestClient, name: str) -> dict[str, float]:
@@ -103,11 +103,12 @@ def test_a_failed_call_is_one_attempt_with_no_urllib3_warnings(tmp_path: Path, c
 
 
 def test_every_program_has_the_same_stall_bound_flag_and_default() -> None:
-    """``--watch-stall-timeout`` defaults to ``common.kube.WATCH_STALL_SECONDS`` (two minutes: twice the
+    """``--watch-stall-timeout`` defaults to ``ballast.kube.client.WATCH_STALL_SECONDS`` (two minutes: twice
+    the
     bookmark interval) in every program that watches."""
     from ballast.cli import build_parser
-    from common.cli import WATCH_STALL_DEFAULT, positive_seconds
-    from common.kube import WATCH_STALL_SECONDS
+    from ballast.kube.client import WATCH_STALL_SECONDS
+    from ballast.program.flags import WATCH_STALL_DEFAULT, positive_seconds
 
     assert positive_seconds(WATCH_STALL_DEFAULT) == WATCH_STALL_SECONDS == 120.0
     sub = next(a for a in build_parser()._actions if a.dest == "command")
@@ -124,8 +125,8 @@ def test_the_annotator_readyz_tells_a_watch_that_sent_nothing_for_the_stall_boun
 ) -> None:
     """The fake API server sends a bookmark a minute; with a bound of 1 s, the quiet bound-pods watch counts
     as stalled (the nodes watch too, between two of the annotator's own patches): /readyz says which."""
-    from tests.annotator.helpers import add_node
-    from tests.annotator.prom import free_port
+    from ballast.testing.annotator import add_node
+    from ballast.testing.prometheus import free_port
     from tests.annotator.test_run import FAST_POLICY, NODES, Replica, run_args, scrape
 
     for name, ip in NODES.items():

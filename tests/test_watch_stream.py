@@ -1,4 +1,4 @@
-"""Watches read and applied on an event loop (``common.watch_stream``, ``Kube.follow(loop=...)``, a
+"""Watches read and applied on an event loop (``ballast.kube.watch_stream``, ``Kube.follow(loop=...)``, a
 ``Reflector`` with ``loop`` set), against the fake API server (plain HTTP, chunked watches) and a scripted
 TLS server, with a real asyncio loop running in a background thread as the extender's would.
 
@@ -31,13 +31,13 @@ import pytest
 from fastapi.testclient import TestClient
 from kubernetes import client as k8s_client
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from common.kube import ApiError, Kube, Reflector, load_api_client
-from common.kube_lean import LeanTransport
-from common.watch_stream import EVENTS_PER_TURN, LoopReader, StreamRefused, StreamSilent, open_stream
-from tests.conftest import POLICY_FILE, missing_part, wait_for
-from tests.fakekube import make_node
+from ballast.extender.main import create_app
+from ballast.kube.client import ApiError, Kube, Reflector, load_api_client
+from ballast.kube.lean import LeanTransport
+from ballast.kube.watch_stream import EVENTS_PER_TURN, LoopReader, StreamRefused, StreamSilent, open_stream
+from ballast.model.policy import load_policy
+from ballast.testing.fakekube import make_node
+from ballast.testing.parts import POLICY_FILE, missing_part, wait_for
 
 NODES = "/api/v1/nodes"
 NODE_WATCH = r"^/api/v1/nodes$"
@@ -524,7 +524,8 @@ def test_the_extender_follows_its_watches_on_its_own_event_loop(fake_kube, kubec
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A throwaway CA and a serving certificate for 127.0.0.1 (the cluster tests' own, made with openssl)."""
-    from tests.cluster.controlplane import MissingPiece, make_certs
+    from ballast.testing.binaries import MissingPiece
+    from ballast.testing.controlplane import make_certs
 
     where = tmp_path_factory.mktemp("pki")
     try:

@@ -6,7 +6,7 @@ core ids (which are not always the lowest thread id), so the tie-breaks match it
 
 from __future__ import annotations
 
-from agent.topology import CPUTopology
+from ballast.agent.topology.model import CPUTopology
 
 # 1 socket, 4 cores, 2 threads: CPU c and c+4 share core c.
 SINGLE_SOCKET_HT = CPUTopology.from_cpus((cpu, cpu % 4, 0, 0) for cpu in range(8))

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.cpuset import CPUSet
+from ballast.agent.cpuset import CPUSet
 
 GiB_KB = 1024 * 1024  # one GiB in the kB unit meminfo uses
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cgroup_paths import CgroupLayout, pod_cgroup_parts
-from common.podspec import QOSClass
+from ballast.agent.cgroup_paths import CgroupLayout, pod_cgroup_parts
+from ballast.contract.pod import QOSClass
 
 UID = "0be14245-a4f2-42e4-832a-b7e833d62690"
 UID_ = UID.replace("-", "_")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import register, run_agent, show_topology
+from ballast.agent.cli import register, run_agent, show_topology
 from tests.agent.sysfs_fixtures import NO_NODE_DIR, TWO_SOCKETS_HT, write_sysfs
 
 GiB = 2**30
@@ -134,8 +134,8 @@ def test_every_flag_has_help() -> None:
 def test_the_pod_watch_takes_the_watch_stall_timeout() -> None:
     """``--watch-stall-timeout``, as in the other programs: the agent's watch on its node's pods counts as
     stalled after that much silence (2m unless set)."""
-    from agent.pod_watch import NodePodWatch
-    from common.kube import WATCH_STALL_SECONDS
+    from ballast.agent.pod_watch import NodePodWatch
+    from ballast.kube.client import WATCH_STALL_SECONDS
 
     base = ["agent", "--node-name", "worker-1", "--kubeconfig", "kc"]
     assert parser().parse_args(base).watch_stall_timeout == WATCH_STALL_SECONDS == 120.0

@@ -12,20 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from agent.cpuset import CPUSet
-from agent.manager import CPUManager
-from agent.runtime import CgroupfsRuntime, ContainerRef, CRIRuntime
-from agent.topology_sysfs import read_topology
-from common.podspec import QOSClass
-from tests.agent.containerd_harness import (
+from ballast.agent.cpumanager.manager import CPUManager
+from ballast.agent.cpumanager.runtime import CgroupfsRuntime, ContainerRef, CRIRuntime
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.topology.sysfs import read_topology
+from ballast.contract.pod import QOSClass
+from ballast.testing.containerd import (
     ContainerdUnavailable,
     PrivateContainerd,
     RunningPod,
     cpus_allowed,
     prerequisites,
 )
-from tests.agent.cri_fake import NODE, SCHEDULER, container, pod, zones
-from tests.conftest import missing_part
+from ballast.testing.cri_fake import NODE, SCHEDULER, container, pod, zones
+from ballast.testing.parts import missing_part
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.cpu_assignment import NotEnoughCPUsError, _Accumulator, take_by_topology
-from agent.cpuset import CPUSet
-from agent.topology import CPUTopology
+from ballast.agent.cpumanager.cpu_assignment import NotEnoughCPUsError, _Accumulator, take_by_topology
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.topology.model import CPUTopology
 from tests.agent.kubelet_topologies import (
     DUAL_SOCKET_HT,
     DUAL_SOCKET_MULTI_NUMA_PER_SOCKET_HT,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.cpuset import MAX_CPU_ID, CPUSet, CPUSetParseError
+from ballast.agent.cpuset import MAX_CPU_ID, CPUSet, CPUSetParseError
 
 cpu_ids = st.frozensets(st.integers(min_value=0, max_value=300), max_size=64)
 

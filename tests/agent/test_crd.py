@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.kubelet_config import parse_kubelet_config
-from agent.nrt import build_nrt
-from agent.topology import CPUTopology, NUMANode
-from common.nrt_api import API_VERSION, GROUP, KIND, NRT_PATH, PLURAL, VERSION
+from ballast.agent.kubelet_config import parse_kubelet_config
+from ballast.agent.nrt.crane import build_nrt
+from ballast.agent.topology.model import CPUTopology, NUMANode
+from ballast.contract.nrt import API_VERSION, GROUP, KIND, NRT_PATH, PLURAL, VERSION
 
 CRD_FILE = Path(__file__).resolve().parents[2] / "scheduler_config" / "crd-noderesourcetopology.yaml"
 

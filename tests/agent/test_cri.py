@@ -10,10 +10,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agent.cpuset import CPUSet
-from agent.cri import _stubs
-from agent.cri.client import CRIClient, CRIError, api_pb2, normalize_endpoint
-from tests.agent.cri_fake import FakeRuntimeService, serve_fake_runtime
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.cri import _stubs
+from ballast.agent.cri.client import CRIClient, CRIError, api_pb2, normalize_endpoint
+from ballast.testing.cri_fake import FakeRuntimeService, serve_fake_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,7 +163,7 @@ def test_stubs_are_generated_into_a_cache_at_first_import(tmp_path: Path) -> Non
     """The editable-install path, in a fresh interpreter with an empty cache directory."""
     env = {**os.environ, "BALLAST_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
     code = (
-        "from agent.cri.client import api_pb2, api_pb2_grpc; "
+        "from ballast.agent.cri.client import api_pb2, api_pb2_grpc; "
         "print(api_pb2.__file__); print(api_pb2_grpc.RuntimeServiceStub.__name__)"
     )
     out = subprocess.run(
@@ -172,7 +172,7 @@ def test_stubs_are_generated_into_a_cache_at_first_import(tmp_path: Path) -> Non
     lines = out.split()
     assert lines[0].startswith(str(tmp_path / "cache" / "cri-stubs")), out
     assert lines[1] == "RuntimeServiceStub"
-    generated = list((tmp_path / "cache" / "cri-stubs").glob("*/agent/cri/api_pb2*.py"))
+    generated = list((tmp_path / "cache" / "cri-stubs").glob("*/ballast/agent/cri/api_pb2*.py"))
     assert sorted(p.name for p in generated) == ["api_pb2.py", "api_pb2_grpc.py"]
     assert not list((tmp_path / "cache" / "cri-stubs").glob(".gen-*")), "scratch dirs are cleaned up"
 
@@ -185,13 +185,13 @@ def test_protoc_errors_are_reported(tmp_path: Path) -> None:
 
 def test_fake_service_is_the_generated_servicer() -> None:
     # Guard: the fake must stay a real servicer of the production proto, or these tests prove nothing.
-    from agent.cri.client import api_pb2_grpc
+    from ballast.agent.cri.client import api_pb2_grpc
 
     assert issubclass(FakeRuntimeService, api_pb2_grpc.RuntimeServiceServicer)
 
 
 def test_runtime_check_reports_what_answers(runtime, tmp_path: Path) -> None:
-    from agent.runtime import CRIRuntime, RuntimeCallError
+    from ballast.agent.cpumanager.runtime import CRIRuntime, RuntimeCallError
 
     _, endpoint = runtime
     cri = CRIRuntime(endpoint)

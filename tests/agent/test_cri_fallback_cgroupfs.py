@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.cpuset import CPUSet
-from agent.runtime import CgroupfsRuntime, ContainerRef, MemoryRuntime, RuntimeCallError
-from common.podspec import QOSClass
+from ballast.agent.cpumanager.runtime import CgroupfsRuntime, ContainerRef, MemoryRuntime, RuntimeCallError
+from ballast.agent.cpuset import CPUSet
+from ballast.contract.pod import QOSClass
 
 UID = "1234-abcd-5678"
 CID = "0123456789abcdef"

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.cgroup_paths import CgroupLayout
-from agent.cpuset import CPUSet
-from agent.kubelet_config import (
+from ballast.agent.cgroup_paths import CgroupLayout
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.kubelet_config import (
     KubeletConfigError,
     KubeletSettings,
     load_kubelet_config,
     parse_configz,
     parse_kubelet_config,
 )
-from common.quantity import Quantity
+from ballast.contract.quantity import Quantity
 
 KUBELET_YAML = """\
 apiVersion: kubelet.config.k8s.io/v1beta1

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.cgroup_paths import pod_cgroup_parts
-from agent.load.cgroups import PodCgroups
-from agent.load.procfs import ProcReader, cpu_utilisation
-from agent.load.sampler import PodRef, Sampler
-from common.podspec import QOSClass
+from ballast.agent.cgroup_paths import pod_cgroup_parts
+from ballast.agent.load.cgroups import PodCgroups
+from ballast.agent.load.procfs import ProcReader, cpu_utilisation
+from ballast.agent.load.sampler import PodRef, Sampler
+from ballast.contract.pod import QOSClass
 from tests.agent import load_processes as lp
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="real cgroups need root")

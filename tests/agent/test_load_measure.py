@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.cgroup_paths import CgroupLayout
-from agent.load.cgroups import PodCgroups, PodCounters, inactive_file, working_set
-from agent.load.checkpoint import HistoryCheckpoint, decode_history, encode_history
-from agent.load.history import LoadHistory, MinuteSeries
-from agent.load.procfs import CPUTimes, ProcError, cpu_utilisation, parse_meminfo, parse_stat
-from common.podspec import QOSClass
+from ballast.agent.cgroup_paths import CgroupLayout
+from ballast.agent.load.cgroups import PodCgroups, PodCounters, inactive_file, working_set
+from ballast.agent.load.checkpoint import HistoryCheckpoint, decode_history, encode_history
+from ballast.agent.load.history import LoadHistory, MinuteSeries
+from ballast.agent.load.procfs import CPUTimes, ProcError, cpu_utilisation, parse_meminfo, parse_stat
+from ballast.contract.pod import QOSClass
 
 STAT = """cpu  {user} 0 {system} {idle} {iowait} 0 0 {steal} {guest} 0
 cpu0 1 0 1 1 0 0 0 0 0 0
@@ -247,7 +247,7 @@ def test_a_corrupt_checkpoint_is_set_aside_and_the_history_starts_empty(
 
 
 def test_without_the_kubelets_settings_the_layout_is_guessed_from_the_tree(tmp_path: Path) -> None:
-    from agent.load.loop import guess_layout
+    from ballast.agent.load.loop import guess_layout
 
     def tree(name: str, *dirs: str, v2: bool = False) -> Path:
         root = tmp_path / name

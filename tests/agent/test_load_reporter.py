@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from agent.cgroup_paths import CgroupLayout
-from agent.load.cgroups import PodCgroups
-from agent.load.history import LoadHistory
-from agent.load.pods import NodePods
-from agent.load.procfs import ProcReader
-from agent.load.reporter import BLIND_SAMPLES, LoadReporter
-from agent.load.sampler import PodSample, Sample, Sampler
-from app.model.policy import build_policy
-from common.kube import ApiError
-from common.nodeload import NODELOAD_PATH
+from ballast.agent.cgroup_paths import CgroupLayout
+from ballast.agent.load.cgroups import PodCgroups
+from ballast.agent.load.history import LoadHistory
+from ballast.agent.load.pods import NodePods
+from ballast.agent.load.procfs import ProcReader
+from ballast.agent.load.reporter import BLIND_SAMPLES, LoadReporter
+from ballast.agent.load.sampler import PodSample, Sample, Sampler
+from ballast.contract.nodeload import NODELOAD_PATH
+from ballast.kube.client import ApiError
+from ballast.model.policy import build_policy
 
 T0 = 1_800_000_000.0 - 1_800_000_000.0 % 60
 POLICY = build_policy(
@@ -205,7 +205,7 @@ class _Recording:
 
 
 def test_one_pod_watch_serves_every_user_and_a_late_one_gets_the_list_first() -> None:
-    from agent.pod_watch import NodePodWatch
+    from ballast.agent.pod_watch import NodePodWatch
 
     started: list[str] = []
 

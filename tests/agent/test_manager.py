@@ -9,13 +9,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agent.cpuset import CPUSet
-from agent.cri.client import CRIClient
-from agent.manager import CPUManager
-from agent.runtime import CRIRuntime, MemoryRuntime, RuntimeCallError
-from agent.state_checkpoint import encode_checkpoint
-from common.exclusive import CPUPolicy
-from tests.agent.cri_fake import (
+from ballast.agent.cpumanager.manager import CPUManager
+from ballast.agent.cpumanager.runtime import CRIRuntime, MemoryRuntime, RuntimeCallError
+from ballast.agent.cpumanager.state_checkpoint import encode_checkpoint
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.cri.client import CRIClient
+from ballast.contract.exclusive import CPUPolicy
+from ballast.testing.cri_fake import (
     NODE,
     SCHEDULER,
     FakeRuntimeService,
@@ -379,7 +379,7 @@ def test_corrupt_checkpoint_is_kept_aside_and_rebuilt_from_running_pods(tmp_path
 
 
 def test_state_write_failure_is_counted_and_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent import state_checkpoint as state_mod
+    from ballast.agent.cpumanager import state_checkpoint as state_mod
 
     m = _manager(tmp_path, MemoryRuntime())
     real = state_mod.write_atomically

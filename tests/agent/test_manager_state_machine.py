@@ -33,13 +33,13 @@ from hypothesis.stateful import (
     rule,
 )
 
-from agent.cpuset import CPUSet
-from agent.manager import CPUManager
-from agent.runtime import MemoryRuntime, RuntimeCallError
-from agent.topology import CPUTopology
-from common.exclusive import CPUPolicy
-from common.podspec import ContainerKind, parse_pod
-from tests.agent.cri_fake import NODE, SCHEDULER, container, container_id, pod
+from ballast.agent.cpumanager.manager import CPUManager
+from ballast.agent.cpumanager.runtime import MemoryRuntime, RuntimeCallError
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.topology.model import CPUTopology
+from ballast.contract.exclusive import CPUPolicy
+from ballast.contract.pod import ContainerKind, parse_pod
+from ballast.testing.cri_fake import NODE, SCHEDULER, container, container_id, pod
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT, DUAL_SOCKET_NO_HT, SINGLE_SOCKET_HT
 
 # (name, topology, reserved CPUs)

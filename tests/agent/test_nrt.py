@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from agent.cpuset import CPUSet
-from agent.kubelet_config import KubeletSettings, parse_kubelet_config
-from agent.nrt import (
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.kubelet_config import KubeletSettings, parse_kubelet_config
+from ballast.agent.nrt.crane import (
     CPU_MANAGER_DISABLED_ATTRIBUTE,
     RESERVED_CPUS_ATTRIBUTE,
     STATIC_KUBELET_REASON,
@@ -18,9 +18,10 @@ from agent.nrt import (
     nrt_differs,
     nrt_merge_patch,
 )
-from agent.topology import CPUTopology
-from agent.topology_sysfs import read_topology
-from common.topology_annotations import AWARENESS_KEY, parse_go_bool
+from ballast.agent.topology.model import CPUTopology
+from ballast.agent.topology.sysfs import read_topology
+from ballast.contract.topology_result import AWARENESS_KEY, parse_go_bool
+from ballast.testing.fakekube.patches import merge_patch
 from tests.agent.sysfs_fixtures import (
     NO_NODE_DIR,
     ONE_SOCKET_NO_SMT,
@@ -29,7 +30,6 @@ from tests.agent.sysfs_fixtures import (
     Machine,
     write_sysfs,
 )
-from tests.fakekube.patches import merge_patch
 
 GiB = 2**30
 UID = "7c2f9a4e-1b0d-4c55-9e8a-0d6f1a2b3c4d"

@@ -11,20 +11,20 @@ import pytest
 import yaml
 from kubernetes import config as k8s_config
 
-from agent.cpuset import CPUSet
-from agent.kubelet_config import KubeletSettings
-from agent.nrt import build_nrt
-from agent.nrt_community import build_community_nrt, community_merge_patch
-from agent.publisher import Publisher, PublisherMetrics, Result
-from agent.topology import CPUTopology
-from agent.topology_sysfs import read_topology
-from app.extender.numa.community import CommunityTopology, parse_community
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.kubelet_config import KubeletSettings
+from ballast.agent.nrt.community import build_community_nrt, community_merge_patch
+from ballast.agent.nrt.crane import build_nrt
+from ballast.agent.nrt.publisher import Publisher, PublisherMetrics, Result
+from ballast.agent.topology.model import CPUTopology
+from ballast.agent.topology.sysfs import read_topology
 from ballast.cli import build_parser
-from common.kube import Kube
-from common.podfingerprint import fingerprint
+from ballast.contract.podfingerprint import fingerprint
+from ballast.extender.numa.community import CommunityTopology, parse_community
+from ballast.kube.client import Kube
+from ballast.testing.fakekube import FakeKube, make_node
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 from tests.agent.test_crd import violations
-from tests.fakekube import FakeKube, make_node
 
 NODE = "worker-1"
 COMMUNITY = "noderesourcetopologies.topology.node.k8s.io"

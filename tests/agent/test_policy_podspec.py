@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from common.podspec import ContainerKind, QOSClass, parse_pod
-from common.topology_annotations import TopologyResultError, parse_topology_result
-from tests.agent.cri_fake import container, pod, zones
+from ballast.contract.pod import ContainerKind, QOSClass, parse_pod
+from ballast.contract.topology_result import TopologyResultError, parse_topology_result
+from ballast.testing.cri_fake import container, pod, zones
 
 
 def _qos(p: dict) -> QOSClass:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cpuset import CPUSet
-from agent.policy import AllocationError, StateInvalidError, StaticPolicy
-from agent.state import MemoryState
-from common.exclusive import CPUPolicy
-from common.podspec import parse_pod
-from tests.agent.cri_fake import SCHEDULER, container, pod, zones
+from ballast.agent.cpumanager.policy_static import AllocationError, StateInvalidError, StaticPolicy
+from ballast.agent.cpumanager.state import MemoryState
+from ballast.agent.cpuset import CPUSet
+from ballast.contract.exclusive import CPUPolicy
+from ballast.contract.pod import parse_pod
+from ballast.testing.cri_fake import SCHEDULER, container, pod, zones
 from tests.agent.kubelet_topologies import (
     DUAL_SOCKET_HT,
     DUAL_SOCKET_MULTI_NUMA_PER_SOCKET_HT,

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from kubernetes import config as k8s_config
 
-from agent.cpuset import CPUSet
-from agent.kubelet_config import KubeletSettings, parse_configz
-from agent.nrt import CPU_MANAGER_DISABLED_ATTRIBUTE, STATIC_KUBELET_REASON, build_nrt
-from agent.publisher import (
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.kubelet_config import KubeletSettings, parse_configz
+from ballast.agent.nrt.crane import CPU_MANAGER_DISABLED_ATTRIBUTE, STATIC_KUBELET_REASON, build_nrt
+from ballast.agent.nrt.publisher import (
     CONFIGZ_REFRESH_SECONDS,
     KubeletConfigFile,
     KubeletConfigz,
@@ -23,12 +23,12 @@ from agent.publisher import (
     PublisherMetrics,
     Result,
 )
-from agent.topology import CPUTopology
-from agent.topology_sysfs import read_topology
-from common.kube import MERGE_PATCH, Kube
-from common.topology_annotations import AWARENESS_KEY
+from ballast.agent.topology.model import CPUTopology
+from ballast.agent.topology.sysfs import read_topology
+from ballast.contract.topology_result import AWARENESS_KEY
+from ballast.kube.client import MERGE_PATCH, Kube
+from ballast.testing.fakekube import DEFAULT_RESOURCES, NODE_RESOURCE_TOPOLOGIES, FakeKube, make_node
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
-from tests.fakekube import DEFAULT_RESOURCES, NODE_RESOURCE_TOPOLOGIES, FakeKube, make_node
 
 NODE = "worker-1"
 NRT_PATH = f"/apis/topology.crane.io/v1alpha1/noderesourcetopologies/{NODE}"

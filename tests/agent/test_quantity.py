@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.quantity import (
+from ballast.contract.quantity import (
     Quantity,
     QuantityError,
     format_cpu_milli,

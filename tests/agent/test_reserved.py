@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cpu_assignment import NotEnoughCPUsError
-from agent.cpuset import CPUSet
-from agent.kubelet_config import KubeletSettings, parse_kubelet_config
-from agent.reserved import num_reserved_cpus, reserved_cpus
+from ballast.agent.cpumanager.cpu_assignment import NotEnoughCPUsError
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.kubelet_config import KubeletSettings, parse_kubelet_config
+from ballast.agent.topology.reserved import num_reserved_cpus, reserved_cpus
 from tests.agent.kubelet_topologies import (
     DUAL_SOCKET_HT,
     DUAL_SOCKET_MULTI_NUMA_PER_SOCKET_HT,

@@ -1,4 +1,4 @@
-"""``ballast agent`` run mode: the whole loop against the fake API server (``agent.run.run``)."""
+"""``ballast agent`` run mode: the whole loop against the fake API server (``ballast.agent.run.run``)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent.cli import register, run_agent
-from agent.nrt import CPU_MANAGER_DISABLED_ATTRIBUTE
-from agent.run import NODE_NAME_MISSING, published_probe, run
-from common.health import HealthServer
-from common.kube import MERGE_PATCH
-from common.topology_annotations import AWARENESS_KEY
+from ballast.agent.cli import register, run_agent
+from ballast.agent.nrt.crane import CPU_MANAGER_DISABLED_ATTRIBUTE
+from ballast.agent.run import NODE_NAME_MISSING, published_probe, run
+from ballast.contract.topology_result import AWARENESS_KEY
+from ballast.kube.client import MERGE_PATCH
+from ballast.program.health import HealthServer
+from ballast.testing.fakekube import FakeKube, make_node
+from ballast.testing.parts import wait_for
 from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
-from tests.conftest import wait_for
-from tests.fakekube import FakeKube, make_node
 
 NODE = "worker-1"
 NRT_PATH = f"/apis/topology.crane.io/v1alpha1/noderesourcetopologies/{NODE}"
@@ -155,7 +155,7 @@ def test_kubelet_static_rule_through_the_loop(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from agent.runtime import MemoryRuntime
+    from ballast.agent.cpumanager.runtime import MemoryRuntime
 
     node_env["kubelet"].write_text("cpuManagerPolicy: static\nkubeReserved: {cpu: '1'}\n")
     args = agent_args(node_env, "--resync", "50ms", "--cpu-state-file", str(tmp_path / "cpu_state"))
@@ -345,8 +345,8 @@ def test_sigterm_shuts_the_process_down_cleanly(
 
 
 def test_run_flags_and_defaults() -> None:
-    from agent.cri.client import DEFAULT_ENDPOINT
-    from agent.state_checkpoint import DEFAULT_STATE_PATH
+    from ballast.agent.cpumanager.state_checkpoint import DEFAULT_STATE_PATH
+    from ballast.agent.cri.client import DEFAULT_ENDPOINT
 
     args = parse([])
     assert (args.kubelet_config, args.kubelet_configz, args.resync) == (
@@ -394,9 +394,9 @@ def test_the_nrt_publishes_what_the_cpu_manager_pins_per_zone(
 ) -> None:
     """A Guaranteed pod of the default scheduler (no topology result) is pinned where the agent
     chooses; the NRT's zones say so (``ballast.io/exclusive-pods``), so the extender counts it."""
-    from agent.runtime import MemoryRuntime
-    from common.topology_annotations import EXCLUSIVE_PODS_ATTRIBUTE, parse_zone_pods
-    from tests.fakekube import make_pod
+    from ballast.agent.cpumanager.runtime import MemoryRuntime
+    from ballast.contract.topology_result import EXCLUSIVE_PODS_ATTRIBUTE, parse_zone_pods
+    from ballast.testing.fakekube import make_pod
 
     args = agent_args(node_env, "--resync", "1m", "--cpu-state-file", str(tmp_path / "cpu_state"))
     agents.append(Agent(args, runtime_factory=MemoryRuntime))

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import state_checkpoint as state_mod
-from agent.cpuset import CPUSet
-from agent.state import MemoryState
-from agent.state_checkpoint import (
+from ballast.agent.cpumanager import state_checkpoint as state_mod
+from ballast.agent.cpumanager.state import MemoryState
+from ballast.agent.cpumanager.state_checkpoint import (
     CheckpointError,
     CheckpointState,
     StateWriteError,
@@ -19,6 +18,7 @@ from agent.state_checkpoint import (
     decode_checkpoint,
     encode_checkpoint,
 )
+from ballast.agent.cpuset import CPUSet
 
 # cpu_manager_state files written by real kubelets, copied from public docs, issues and tests
 # (protocol.md section 4.4). Each must hash to its own checksum and be reproduced byte for byte.

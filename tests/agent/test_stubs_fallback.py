@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cri import _stubs
+from ballast.agent.cri import _stubs
 
 
 def test_unwritable_cache_falls_back_to_a_private_directory(

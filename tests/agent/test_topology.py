@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.cpuset import CPUSet
-from agent.topology import CPUInfo, CPUTopology, NUMANode, TopologyError
-from agent.topology_sysfs import read_topology
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.topology.model import CPUInfo, CPUTopology, NUMANode, TopologyError
+from ballast.agent.topology.sysfs import read_topology
 from tests.agent.sysfs_fixtures import (
     NO_NODE_DIR,
     NON_CONTIGUOUS_IDS,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.annotator.bindings import (
+from ballast.annotator.bindings import (
     EVENTS,
     PODS,
     Binding,
@@ -16,8 +16,8 @@ from app.annotator.bindings import (
     binding_from_pod,
     hot_value,
 )
-from app.annotator.sources import EventBindings, PodBindings
-from app.model.policy import HotValueWindow
+from ballast.annotator.sources import EventBindings, PodBindings
+from ballast.model.policy import HotValueWindow
 
 NOW = 1_800_000_000.0
 CRANE_WINDOWS = (HotValueWindow(300, 5), HotValueWindow(60, 2))

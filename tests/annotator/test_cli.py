@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from app.annotator.cli import register
-from app.annotator.run import DEFAULT_NAMESPACE, lease_namespace, run
-from app.model.annotations import HOT_VALUE_KEY
-from tests.annotator.helpers import FailingPrometheus, add_node, annotations, bind_pod, parse, stamp
-from tests.conftest import POLICY_FILE
-from tests.fakekube import FakeKube, make_event, make_lease
+from ballast.annotator.cli import register
+from ballast.annotator.run import DEFAULT_NAMESPACE, lease_namespace, run
+from ballast.model.annotations import HOT_VALUE_KEY
+from ballast.testing.annotator import FailingPrometheus, add_node, annotations, bind_pod, parse, stamp
+from ballast.testing.fakekube import FakeKube, make_event, make_lease
+from ballast.testing.parts import POLICY_FILE
 
 
 def subparser() -> argparse.ArgumentParser:

@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from app.annotator.bindings import Binding, BindingRecords
-from app.annotator.controller import Annotator, run_loop
-from app.annotator.matching import Series
-from app.annotator.metrics import AnnotatorMetrics
-from app.annotator.prometheus import PrometheusError, Vector
-from app.annotator.schedule import Schedule
-from app.annotator.sources import NodeIndex
-from app.model.annotations import HOT_VALUE_KEY, format_hot_value, format_load
-from app.model.load_source import ANNOTATOR_SOURCE, LOAD_SOURCE_KEY, agent_source
-from app.model.policy import load_policy
-from tests.conftest import POLICY_FILE
+from ballast.annotator.bindings import Binding, BindingRecords
+from ballast.annotator.controller import Annotator, run_loop
+from ballast.annotator.matching import Series
+from ballast.annotator.metrics import AnnotatorMetrics
+from ballast.annotator.prometheus import PrometheusError, Vector
+from ballast.annotator.schedule import Schedule
+from ballast.annotator.sources import NodeIndex
+from ballast.model.annotations import HOT_VALUE_KEY, format_hot_value, format_load
+from ballast.model.load_source import ANNOTATOR_SOURCE, LOAD_SOURCE_KEY, agent_source
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
 
 POLICY = load_policy(POLICY_FILE)
 NOW = 1_800_000_000.0

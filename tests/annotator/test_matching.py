@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.annotator.matching import MatchRule, NodeAddresses, Series, host_of, match_series
+from ballast.annotator.matching import MatchRule, NodeAddresses, Series, host_of, match_series
 
 
 def s(instance: str | None, value: float, **labels: str) -> Series:

@@ -13,21 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from app.annotator.run import run
-from app.model.annotations import HOT_VALUE_KEY, format_load, parse_sample
-from app.model.load_source import LOAD_SOURCE_KEY
-from app.model.policy import load_policy
-from tests.annotator.helpers import (
-    FailingPrometheus,
-    add_node,
-    annotations,
-    bind_pod,
-    node_patches,
-    parse,
-)
-from tests.annotator.prom import CountingProxy, PrometheusServer, Series
-from tests.conftest import POLICY_FILE
-from tests.fakekube import FakeKube
+from ballast.annotator.run import run
+from ballast.model.annotations import HOT_VALUE_KEY, format_load, parse_sample
+from ballast.model.load_source import LOAD_SOURCE_KEY
+from ballast.model.policy import load_policy
+from ballast.testing.annotator import FailingPrometheus, add_node, annotations, bind_pod, node_patches, parse
+from ballast.testing.fakekube import FakeKube
+from ballast.testing.parts import POLICY_FILE
+from ballast.testing.prometheus import CountingProxy, PrometheusServer, Series
 
 pytestmark = pytest.mark.integration
 
@@ -177,7 +170,7 @@ def test_prometheus_errors_leave_annotations_intact(
 def test_unreachable_prometheus_at_start_exits_non_zero(
     fake_kube: FakeKube, kubeconfig: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tests.annotator.prom import free_port
+    from ballast.testing.prometheus import free_port
 
     add_node(fake_kube, "n1", "10.2.0.1", {"cpu_usage_avg_5m": OLD})
     url = f"http://127.0.0.1:{free_port()}"

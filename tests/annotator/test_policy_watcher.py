@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from app.annotator.run import _watch_policy
-from app.model.policy import parse_policy
+from ballast.annotator.run import _watch_policy
+from ballast.model.policy import parse_policy
 from tests.test_policy import BASE
 
 

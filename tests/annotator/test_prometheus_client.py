@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.annotator.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
+from ballast.annotator.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from app.model.policy import load_policy
-from tests.annotator.prom import require_promtool
-from tests.conftest import POLICY_FILE, ROOT
+from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE, ROOT
+from ballast.testing.prometheus import require_promtool
 
 RULES = ROOT / "scheduler_config" / "prometheus-rules.yaml"
 OBJECT = ROOT / "scheduler_config" / "prometheus-rule.yaml"

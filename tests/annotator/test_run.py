@@ -17,12 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.annotator.run import run
-from app.model.annotations import HOT_VALUE_KEY, parse_sample
-from tests.annotator.helpers import add_node, annotations, bind_pod, node_patches, parse
-from tests.annotator.prom import PrometheusServer, Series, free_port
-from tests.conftest import ROOT, wait_for
-from tests.fakekube import FakeKube
+from ballast.annotator.run import run
+from ballast.model.annotations import HOT_VALUE_KEY, parse_sample
+from ballast.testing.annotator import add_node, annotations, bind_pod, node_patches, parse
+from ballast.testing.fakekube import FakeKube
+from ballast.testing.parts import ROOT, wait_for
+from ballast.testing.prometheus import PrometheusServer, Series, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -270,7 +270,7 @@ def test_sigterm_steps_down_and_releases(
     argv = [
         sys.executable,
         "-m",
-        "app.annotator",
+        "ballast.annotator",
         *[
             a
             for a in (

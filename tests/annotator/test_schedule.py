@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.annotator.schedule import Schedule
+from ballast.annotator.schedule import Schedule
 
 PERIODS = {"cpu_usage_avg_5m": 180.0, "cpu_usage_max_avg_1h": 900.0, "cpu_usage_max_avg_1d": 10800.0}
 

@@ -1,4 +1,4 @@
-"""pytest fixtures around :mod:`tests.cluster.controlplane`.
+"""pytest fixtures around :mod:`ballast.testing.controlplane`.
 
 ``control_plane`` is one etcd + kube-apiserver for the whole session; ``cluster`` hands it to a test and,
 after it, stops the test's kube-scheduler and deletes every pod and node,
@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.controlplane import ControlPlane, MissingPiece, check_available, delete_all
-from tests.conftest import missing_part
+from ballast.testing.binaries import MissingPiece, check_available
+from ballast.testing.controlplane import ControlPlane, delete_all
+from ballast.testing.parts import missing_part
 
 
 def require_control_plane() -> None:

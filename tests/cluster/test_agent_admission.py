@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.load.history import CRANE_METRICS
-from app.model.annotations import HOT_VALUE_KEY
-from app.model.load_source import LOAD_ANNOTATION_KEYS, LOAD_SOURCE_KEY, MEASURED_METRICS, agent_source
-from common.kube import MERGE_PATCH, ApiError, Kube, load_api_client
-from common.nodeload import NODELOAD_PATH, new_object
-from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, spawn, wait_until
+from ballast.agent.load.history import CRANE_METRICS
+from ballast.contract.nodeload import NODELOAD_PATH, new_object
+from ballast.kube.client import MERGE_PATCH, ApiError, Kube, load_api_client
+from ballast.model.annotations import HOT_VALUE_KEY
+from ballast.model.load_source import LOAD_ANNOTATION_KEYS, LOAD_SOURCE_KEY, MEASURED_METRICS, agent_source
+from ballast.testing.controlplane import ControlPlane, create_nodes, node_body, spawn, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ subjects: [{{kind: ServiceAccount, name: {ACCOUNT}, namespace: {NAMESPACE}}}]
 
 
 def test_the_policy_admits_exactly_the_keys_the_code_writes() -> None:
-    """The VAP's key list and app/model/load_source.py's cannot drift apart."""
+    """The VAP's key list and ballast/model/load_source.py's cannot drift apart."""
     vap = next(d for d in yaml.safe_load_all(VAP.read_text()) if d["kind"] == "ValidatingAdmissionPolicy")
     allowed = next(v["expression"] for v in vap["spec"]["variables"] if v["name"] == "allowed")
     assert sorted(json.loads(allowed.replace("'", '"'))) == sorted(LOAD_ANNOTATION_KEYS)

@@ -21,12 +21,11 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.cgroup_paths import pod_cgroup_parts
-from common.kube import ApiError, Kube
-from common.nodeload import NODELOAD_PATH, parse_status
-from common.podspec import QOSClass
-from tests.agent import load_processes as lp
-from tests.cluster.controlplane import (
+from ballast.agent.cgroup_paths import pod_cgroup_parts
+from ballast.contract.nodeload import NODELOAD_PATH, parse_status
+from ballast.contract.pod import QOSClass
+from ballast.kube.client import ApiError, Kube
+from ballast.testing.controlplane import (
     ControlPlane,
     Server,
     create_nodes,
@@ -38,6 +37,7 @@ from tests.cluster.controlplane import (
     wait_bound,
     wait_until,
 )
+from tests.agent import load_processes as lp
 from tests.cluster.test_extender_e2e import Extender, create_pods, scheduler_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.geteuid() != 0, reason="real cgroups need root")]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.model.annotations import HOT_VALUE_KEY
-from app.model.load_source import ANNOTATOR_SOURCE, LOAD_SOURCE_KEY
-from app.model.policy import load_policy
-from common.kube import ApiError, Kube
-from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, wait_until
+from ballast.kube.client import ApiError, Kube
+from ballast.model.annotations import HOT_VALUE_KEY
+from ballast.model.load_source import ANNOTATOR_SOURCE, LOAD_SOURCE_KEY
+from ballast.model.policy import load_policy
+from ballast.testing.controlplane import ControlPlane, create_nodes, node_body, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -25,10 +25,10 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from common.kube import Kube, load_api_client
-from tests.cluster.controlplane import (
+from ballast.extender.main import create_app
+from ballast.kube.client import Kube, load_api_client
+from ballast.model.policy import load_policy
+from ballast.testing.controlplane import (
     ControlPlane,
     bound_pods,
     create_nodes,
@@ -36,7 +36,7 @@ from tests.cluster.controlplane import (
     pod_body,
     wait_until,
 )
-from tests.fakekube import make_nrt
+from ballast.testing.fakekube import make_nrt
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,14 @@ import urllib.request
 
 import pytest
 
-from tests.cluster.controlplane import ControlPlane, bound_pods, create_nodes, node_body, pod_body, wait_bound
+from ballast.testing.controlplane import (
+    ControlPlane,
+    bound_pods,
+    create_nodes,
+    node_body,
+    pod_body,
+    wait_bound,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cluster.controlplane import (
+from ballast.testing.controlplane import (
     ControlPlane,
     Server,
     bound_pods,
@@ -39,7 +39,7 @@ from tests.cluster.controlplane import (
     wait_bound,
     wait_until,
 )
-from tests.fakekube import make_nrt
+from ballast.testing.fakekube import make_nrt
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The tests' fault-injecting proxy (``tests.cluster.faultproxy``) against the real kube-apiserver: each
+"""The tests' fault-injecting proxy (``ballast.testing.faultproxy``) against the real kube-apiserver: each
 fault does what the tests that use it rely on."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from common.kube import ApiError, Kube, load_api_client
-from tests.cluster.controlplane import ControlPlane, wait_until
-from tests.cluster.faultproxy import FaultProxy, status_body
+from ballast.kube.client import ApiError, Kube, load_api_client
+from ballast.testing.controlplane import ControlPlane, wait_until
+from ballast.testing.faultproxy import FaultProxy, status_body
 
 pytestmark = pytest.mark.integration
 

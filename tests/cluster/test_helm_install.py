@@ -24,12 +24,13 @@ from typing import Any
 import pytest
 import yaml
 
-from app.model.policy import parse_policy
-from app.model.rebalance_policy import rebalance_settings
+from ballast.model.policy import parse_policy
+from ballast.model.rebalance_policy import rebalance_settings
+from ballast.testing.binaries import MissingPiece
+from ballast.testing.controlplane import ControlPlane, wait_until
+from ballast.testing.helm import run_helm
+from ballast.testing.parts import missing_part
 from tests.chart import CHART, CHART_ONLY, RELEASE, key, require_helm, template, write_values
-from tests.cluster.controlplane import ControlPlane, MissingPiece, wait_until
-from tests.cluster.helm import run_helm
-from tests.conftest import missing_part
 from tests.deploy_rbac import ApiCall, grants_for
 from tests.test_deploy import render
 

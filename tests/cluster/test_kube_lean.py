@@ -1,4 +1,4 @@
-"""The bind verb's API client (``common.kube_async`` over ``common.kube_lean``) against the real
+"""The bind verb's API client (``ballast.kube.async_client`` over ``ballast.kube.lean``) against the real
 kube-apiserver v1.36: it authenticates as the official client does (client certificates, the CA,
 in-cluster tokens the kubelet rotates), keeps one deadline per verb, never retries, reuses its connections,
 survives an API server that closed or reset them, and fails with the same ``ApiError`` as the official
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from kubernetes.config import incluster_config
 
-from common.kube import ApiError, Kube, load_api_client
-from common.kube_async import AsyncKube
-from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, pod_body
-from tests.cluster.faultproxy import FaultProxy
+from ballast.kube.async_client import AsyncKube
+from ballast.kube.client import ApiError, Kube, load_api_client
+from ballast.testing.controlplane import ControlPlane, create_nodes, node_body, pod_body
+from ballast.testing.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

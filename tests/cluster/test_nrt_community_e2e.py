@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from common.podfingerprint import fingerprint
-from tests.cluster.controlplane import (
+from ballast.contract.podfingerprint import fingerprint
+from ballast.testing.controlplane import (
     ControlPlane,
     bound_pods,
     create_nodes,
@@ -26,6 +26,7 @@ from tests.cluster.controlplane import (
     wait_bound,
     wait_until,
 )
+from ballast.testing.nrt_community import nrt, two_zones, zone
 from tests.cluster.test_extender_e2e import (
     CRD,
     SCHEDULER,
@@ -35,7 +36,6 @@ from tests.cluster.test_extender_e2e import (
     unschedulable,
     wait_unschedulable,
 )
-from tests.nrt_community_objects import nrt, two_zones, zone
 
 pytestmark = pytest.mark.integration
 
@@ -196,11 +196,11 @@ def malformed_counted(ext: Extender) -> bool:
 def test_the_agents_v1alpha2_object_is_accepted_by_the_api_server_and_read_by_the_extender(
     cluster: ControlPlane, ballast: Extender, tmp_path: Path
 ) -> None:
-    from agent.cpuset import CPUSet
-    from agent.kubelet_config import KubeletSettings
-    from agent.publisher import Publisher, Result
-    from agent.topology_sysfs import read_topology
-    from common.kube import Kube
+    from ballast.agent.cpuset import CPUSet
+    from ballast.agent.kubelet_config import KubeletSettings
+    from ballast.agent.nrt.publisher import Publisher, Result
+    from ballast.agent.topology.sysfs import read_topology
+    from ballast.kube.client import Kube
     from tests.agent.sysfs_fixtures import TWO_SOCKETS_HT, write_sysfs
 
     class Settings:

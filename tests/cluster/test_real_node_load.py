@@ -16,13 +16,10 @@ from typing import Any
 
 import pytest
 
-from common.kube import ApiError, Kube
-from common.nodeload import NODELOAD_PATH, parse_status
-from tests.cluster.controlplane import (
-    ControlPlane,
-    wait_until,
-)
-from tests.cluster.realnode import (
+from ballast.contract.nodeload import NODELOAD_PATH, parse_status
+from ballast.kube.client import ApiError, Kube
+from ballast.testing.controlplane import ControlPlane, wait_until
+from ballast.testing.realnode import (
     BURN,
     NodeAgent,
     NodePool,

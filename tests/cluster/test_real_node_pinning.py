@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from agent.cpuset import CPUSet
-from common.kube import ApiError, Kube
-from tests.agent.containerd_harness import cpus_allowed
-from tests.cluster.controlplane import ControlPlane, wait_until
-from tests.cluster.realnode import (
+from ballast.agent.cpuset import CPUSet
+from ballast.kube.client import ApiError, Kube
+from ballast.testing.containerd import cpus_allowed
+from ballast.testing.controlplane import ControlPlane, wait_until
+from ballast.testing.realnode import (
     BURN,
     NodeAgent,
     NodePool,

@@ -19,14 +19,15 @@ from typing import Any
 import pytest
 import yaml
 
-from common.kube import ApiError, Kube
-from common.nodeload import NODELOAD_PATH, parse_status
-from tests.cluster.controlplane import ControlPlane, MissingPiece, wait_until
-from tests.cluster.realnode import BURN, NodeAgent, NodePool, busybox_pod, require_real_nodes, wait_running
+from ballast.contract.nodeload import NODELOAD_PATH, parse_status
+from ballast.kube.client import ApiError, Kube
+from ballast.testing.binaries import MissingPiece
+from ballast.testing.controlplane import ControlPlane, wait_until
+from ballast.testing.parts import missing_part
+from ballast.testing.realnode import BURN, NodeAgent, NodePool, busybox_pod, require_real_nodes, wait_running
 from tests.cluster.test_extender_e2e import CRD as NRT_CRD
 from tests.cluster.test_extender_e2e import SCHEDULER, Extender, scheduler_config
 from tests.cluster.test_rebalancer_e2e import NS, Rebalancer, apply, deployment, pods_of
-from tests.conftest import missing_part
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """The rebalancer's promises under faults, against the real kube-apiserver v1.36.2 with the tests' own
-fault-injecting proxy (``tests.cluster.faultproxy``) between each replica and the API server.
+fault-injecting proxy (``ballast.testing.faultproxy``) between each replica and the API server.
 
 Each scenario counts the eviction calls that reached the API server (the proxy's record), never the
 rebalancer's own word for it:
@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
-from common.kube import Kube, load_api_client, path_for
-from common.leader import LeaderElector
-from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, wait_until
-from tests.cluster.faultproxy import FaultProxy
+from ballast.kube.client import Kube, load_api_client, path_for
+from ballast.program.leader import LeaderElector
+from ballast.testing.controlplane import ControlPlane, create_nodes, node_body, wait_until
+from ballast.testing.faultproxy import FaultProxy
 from tests.cluster.test_rebalancer_e2e import (
     NS,
     Rebalancer,

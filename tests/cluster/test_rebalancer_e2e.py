@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.controlplane import (
+from ballast.testing.binaries import MissingPiece
+from ballast.testing.controlplane import (
     ControlPlane,
-    MissingPiece,
     Server,
     create_nodes,
     free_port,
@@ -38,8 +38,8 @@ from tests.cluster.controlplane import (
     spawn,
     wait_until,
 )
+from ballast.testing.parts import missing_part
 from tests.cluster.test_extender_e2e import SCHEDULER, Extender, ballast  # noqa: F401 (a fixture)
-from tests.conftest import missing_part
 
 pytestmark = pytest.mark.integration
 

@@ -29,8 +29,16 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from common.nodeload import GROUP, PLURAL, VERSION, NodeLoadStatus, PodUsage, new_object, render_status
-from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, wait_until
+from ballast.contract.nodeload import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    NodeLoadStatus,
+    PodUsage,
+    new_object,
+    render_status,
+)
+from ballast.testing.controlplane import ControlPlane, create_nodes, node_body, wait_until
 from tests.cluster.test_extender_e2e import SCHEDULER, Extender, scheduler_config
 from tests.cluster.test_rebalancer_e2e import (  # noqa: F401 (kcm and running are fixtures)
     NS,

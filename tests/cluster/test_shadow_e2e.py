@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.controlplane import (
+from ballast.testing.controlplane import (
     ControlPlane,
     bound_pods,
     create_nodes,

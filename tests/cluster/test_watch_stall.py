@@ -1,5 +1,5 @@
 """Watches that stall and lists that page, against the real kube-apiserver v1.36.2 with the tests' own
-fault-injecting proxy (``tests.cluster.faultproxy``) between the program and the API server.
+fault-injecting proxy (``ballast.testing.faultproxy``) between the program and the API server.
 
 A stalled watch is a connection that stays open while nothing arrives (a stuck proxy or load balancer, a
 half-dead TCP connection): no error ever comes, so without a bound the cache stays frozen until the next
@@ -27,14 +27,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.extender.main import create_app
-from app.model.policy import load_policy
-from common.kube import WATCH_STALL_SECONDS, Kube, Reflector, load_api_client
-from tests.cluster.controlplane import ControlPlane, create_nodes, node_body, wait_until
-from tests.cluster.faultproxy import FaultProxy, status_body
+from ballast.extender.main import create_app
+from ballast.kube.client import WATCH_STALL_SECONDS, Kube, Reflector, load_api_client
+from ballast.model.policy import load_policy
+from ballast.testing.controlplane import ControlPlane, create_nodes, node_body, wait_until
+from ballast.testing.faultproxy import FaultProxy, status_body
+from ballast.testing.parts import wait_for
 from tests.cluster.test_rebalance_safety import EVICTION, performed, workload
 from tests.cluster.test_rebalancer_e2e import NS, POLICY, Rebalancer, load, set_load, write_policy
-from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration
 

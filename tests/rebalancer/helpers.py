@@ -7,10 +7,10 @@ from typing import Any
 
 import yaml
 
-from app.model.policy import Policy, parse_policy
-from app.model.rebalance_policy import LIMIT_FIELDS, RebalanceSettings, rebalance_settings
-from app.rebalancer.fit import NodeFacts, node_facts
-from app.rebalancer.pods import PodFacts, pod_facts
+from ballast.model.policy import Policy, parse_policy
+from ballast.model.rebalance_policy import LIMIT_FIELDS, RebalanceSettings, rebalance_settings
+from ballast.rebalancer.fit import NodeFacts, node_facts
+from ballast.rebalancer.pods import PodFacts, pod_facts
 
 NOW = 1_800_000_000.0
 CPU = "cpu_usage_avg_5m"

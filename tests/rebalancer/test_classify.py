@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.model.nodestate import parse_node
-from app.rebalancer.classify import Tracker, read_node
+from ballast.model.nodestate import parse_node
+from ballast.rebalancer.classify import Tracker, read_node
 from tests.rebalancer.helpers import NOW, node, policy
 
 

@@ -1,7 +1,7 @@
 """Measured usage from NodeLoads, the target's margin, moved pods settling, and the smaller decision rules.
 
 Pure: the plan with ``NodeLoadCache`` filled from NodeLoad objects as the agent renders them
-(``common.nodeload.render_status``), the way the watch fills it.
+(``ballast.contract.nodeload.render_status``), the way the watch fills it.
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from typing import Any
 
 import pytest
 
-from app.model.estimation import metric_plan
-from app.model.policy import parse_policy
-from app.rebalancer.classify import Tracker
-from app.rebalancer.fit import Target, why_not
-from app.rebalancer.limits import Limiter
-from app.rebalancer.nodeloads import NodeLoadCache
-from app.rebalancer.plan import SKIPPED, WAITING, plan_cycle
-from app.rebalancer.policy_check import policy_warnings
-from app.rebalancer.run import run as run_rebalancer
-from app.rebalancer.victims import ESTIMATED, MEASURED
-from common.nodeload import NodeLoadStatus, PodUsage, new_object, render_status
-from tests.fakekube import FakeKube
+from ballast.contract.nodeload import NodeLoadStatus, PodUsage, new_object, render_status
+from ballast.model.estimation import metric_plan
+from ballast.model.policy import parse_policy
+from ballast.rebalancer.classify import Tracker
+from ballast.rebalancer.fit import Target, why_not
+from ballast.rebalancer.limits import Limiter
+from ballast.rebalancer.nodeloads import NodeLoadCache
+from ballast.rebalancer.plan import SKIPPED, WAITING, plan_cycle
+from ballast.rebalancer.policy_check import policy_warnings
+from ballast.rebalancer.run import run as run_rebalancer
+from ballast.rebalancer.victims import ESTIMATED, MEASURED
+from ballast.testing.fakekube import FakeKube
 from tests.rebalancer.helpers import BASE, NOW, facts, node, pfacts, pod, stamp
 from tests.rebalancer.helpers import policy as base_policy
 from tests.rebalancer.test_run import parse, policy_file, seed
@@ -329,10 +329,10 @@ def test_a_new_leader_learns_the_moves_from_the_events_and_lets_the_replacement_
     replacement landed on ``n4``, which reads hot on measurements from before the replacement came. A new
     leader that rebuilt its promises from that Event leaves the replacement alone; one that had no Event
     to read would move it again."""
-    from app.rebalancer.cache import NodeCache, PodCache
-    from app.rebalancer.evictor import Evictor
-    from app.rebalancer.metrics import RebalancerMetrics
-    from app.rebalancer.run import Rebalancer
+    from ballast.rebalancer.cache import NodeCache, PodCache
+    from ballast.rebalancer.evictor import Evictor
+    from ballast.rebalancer.metrics import RebalancerMetrics
+    from ballast.rebalancer.run import Rebalancer
     from tests.rebalancer.test_promises import event
     from tests.rebalancer.test_run import Calls
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.model.estimation import metric_plan
-from app.rebalancer.classify import Tracker
-from app.rebalancer.fit import Target, why_not
-from app.rebalancer.limits import Limiter
-from app.rebalancer.plan import plan_cycle
-from app.rebalancer.victims import split
+from ballast.model.estimation import metric_plan
+from ballast.rebalancer.classify import Tracker
+from ballast.rebalancer.fit import Target, why_not
+from ballast.rebalancer.limits import Limiter
+from ballast.rebalancer.plan import plan_cycle
+from ballast.rebalancer.victims import split
 from tests.rebalancer.helpers import NOW, facts, node, pfacts, pod, policy
 
 
@@ -196,7 +196,7 @@ def test_the_view_says_why() -> None:
 def test_the_cost_of_pods_that_fit_nowhere_is_bounded(monkeypatch) -> None:
     """Eight candidates of one shape that fit nowhere (a nodeSelector no cool node matches): the cool
     nodes are checked once for the shape, and the node's turn ends after five misses."""
-    import app.rebalancer.plan as plan_module
+    import ballast.rebalancer.plan as plan_module
 
     calls = []
     real = plan_module.why_not

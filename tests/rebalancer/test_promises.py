@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from app.rebalancer.promises import from_events
-from common.timestamps import parse_rfc3339 as parse_time
+from ballast.contract.times import parse_rfc3339 as parse_time
+from ballast.rebalancer.promises import from_events
 
 SERVER = 1_800_000_000.0
 LOCAL = 5_000.0  # this replica's clock: unrelated to the server's

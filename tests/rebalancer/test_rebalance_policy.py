@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from app.model.policy import PolicyError, parse_policy
-from app.model.rebalance_policy import Limits, rebalance_settings
-from tests.conftest import POLICY_FILE
+from ballast.model.policy import PolicyError, parse_policy
+from ballast.model.rebalance_policy import Limits, rebalance_settings
+from ballast.testing.parts import POLICY_FILE
 from tests.rebalancer.helpers import BASE, CPU
 
 
@@ -129,7 +129,7 @@ def test_the_documented_example_gives_the_documented_defaults() -> None:
     """docs/rebalancer.md's policy block says its limits are the defaults: it parses to exactly them."""
     import re
 
-    from tests.conftest import ROOT
+    from ballast.testing.parts import ROOT
 
     text = (ROOT / "docs" / "rebalancer.md").read_text()
     (block,) = [b for b in re.findall(r"^```yaml\n(.*?)^```", text, flags=re.M | re.S) if "rebalance:" in b]

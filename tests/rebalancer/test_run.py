@@ -17,16 +17,16 @@ from typing import Any
 
 import yaml
 
-from app.rebalancer.cache import NodeCache, PodCache
-from app.rebalancer.cli import register
-from app.rebalancer.evictor import Evictor
-from app.rebalancer.metrics import RebalancerMetrics
-from app.rebalancer.run import Rebalancer, run
 from ballast.cli import main
-from common.kube import ApiError
-from tests.annotator.prom import free_port
-from tests.conftest import wait_for
-from tests.fakekube import FakeKube
+from ballast.kube.client import ApiError
+from ballast.rebalancer.cache import NodeCache, PodCache
+from ballast.rebalancer.cli import register
+from ballast.rebalancer.evictor import Evictor
+from ballast.rebalancer.metrics import RebalancerMetrics
+from ballast.rebalancer.run import Rebalancer, run
+from ballast.testing.fakekube import FakeKube
+from ballast.testing.parts import wait_for
+from ballast.testing.prometheus import free_port
 from tests.rebalancer.helpers import BASE, NOW, node, pod, policy
 
 

@@ -1,8 +1,0 @@
-"""Ballast: load-aware and topology-aware scheduling for Kubernetes (extender and annotator)."""
-
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("ballast")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+source"

@@ -1,0 +1,501 @@
+"""The CPU manager: keeps the assignments in step with the pods on this node and the cpusets in step
+with the assignments.
+
+Feed it pods (``on_pods`` with the full list, ``on_pod_event`` per watch event; it is also a
+``ballast.kube.client.Reflector`` handler through ``replace``/``apply``) and call ``reconcile_once``, or let
+``run(stop)`` call it every ``reconcile_period`` seconds and at once after pod events.
+
+One pass:
+
+1. Nothing happens before the first full pod list: an empty list at start-up must not look like
+   "every pod is gone".
+2. Pods that are gone (deleted, or Succeeded/Failed) give their CPUs back.
+3. Pods that pin CPUs (exclusive, immovable) and have none yet get them, oldest pod first. A pod whose
+   CPUs are not free stays on the shared pool; it is retried when the allocatable CPUs change.
+4. Every running container gets its desired cpuset (its assignment, else the pool its pod's policy
+   gives it) through the runtime, only when it differs from what was last applied to that container
+   id. A new container id (a restart) is applied afresh; after an agent restart everything is.
+   Failures are logged and counted, and retried on the next pass.
+
+A pod's policy and topology result are read again on every event until the pod has CPUs assigned, so
+an annotation that arrives after the pod (crane's informer missed those) is honoured. Once CPUs are
+assigned they are frozen while the pod lives: a later annotation edit is not a resize. After an agent
+restart they are read again from the pods.
+
+The checkpoint (``ballast.agent.cpumanager.state_checkpoint.CheckpointState``) is validated at start; a
+rejected one is moved
+aside, counted, and the state is rebuilt from the running pods by step 3 of the first pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ballast.agent.cpumanager.metrics import CPUManagerMetrics
+from ballast.agent.cpumanager.policy_static import AllocationError, StaticPolicy
+from ballast.agent.cpumanager.runtime import ContainerRef, ContainerRuntime, RuntimeCallError
+from ballast.agent.cpumanager.state import HeldCPUs, StateReader
+from ballast.agent.cpumanager.state_checkpoint import DEFAULT_STATE_PATH, CheckpointState, StateWriteError
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.topology.model import CPUTopology
+from ballast.contract.exclusive import CPUPolicy, ExclusiveDecision
+from ballast.contract.pod import PodInfo, parse_pod
+
+__all__ = ["DEFAULT_RECONCILE_PERIOD", "DEFAULT_STATE_PATH", "CPUManager", "ReconcileResult"]
+
+log = logging.getLogger("ballast.agent.cpumanager")
+
+DEFAULT_RECONCILE_PERIOD = 5.0
+LOOKUP_TTL = 60.0
+"""Seconds a container id found through the runtime (not in the pod status) is trusted."""
+
+
+@dataclass
+class ReconcileResult:
+    """What one pass did."""
+
+    skipped: bool = False
+    """True before the first full pod list: nothing was done."""
+    allocated: int = 0
+    released: int = 0
+    allocation_errors: int = 0
+    updates: int = 0
+    update_errors: int = 0
+    unchanged: int = 0
+    duration: float = 0.0
+
+
+class CPUManager:
+    on_assignments: Callable[[], None] | None = None
+    """Told after a reconcile changed which CPUs a pod holds (the agent republishes its NRT)."""
+
+    """Assign CPUs to pods on one node and apply cpusets through a ``ContainerRuntime``."""
+
+    def __init__(
+        self,
+        topology: CPUTopology,
+        reserved: CPUSet,
+        state_path: Path | str,
+        runtime: ContainerRuntime,
+        *,
+        allowed_schedulers: Iterable[str],
+        default_policy: CPUPolicy | str = CPUPolicy.EXCLUSIVE,
+        node_name: str,
+        reconcile_period: float = DEFAULT_RECONCILE_PERIOD,
+        metrics: CPUManagerMetrics | None = None,
+        result_key: bytes | None = None,
+    ) -> None:
+        """``state_path``: the checkpoint (``ballast.agent.cpumanager.state_checkpoint.DEFAULT_STATE_PATH``
+        on a node);
+        ``runtime``: where cpusets go (``CRIRuntime`` on a node); ``allowed_schedulers``: the
+        ``spec.schedulerName`` values whose topology results are trusted; ``default_policy``: for pods
+        without a valid cpu-policy annotation; ``node_name``: pods of other nodes are ignored."""
+        if runtime is None:
+            raise ValueError(
+                "CPUManager needs a runtime (ballast.agent.cpumanager.runtime.CRIRuntime for a real node)"
+            )
+        if not node_name:
+            raise ValueError("CPUManager needs the node name")
+        if reconcile_period <= 0:
+            raise ValueError("reconcile_period must be positive")
+        self.topology = topology
+        self.node_name = node_name
+        self.runtime = runtime
+        self.reconcile_period = reconcile_period
+        self.metrics = metrics or CPUManagerMetrics()
+        self.policy = StaticPolicy(
+            topology,
+            reserved,
+            allowed_schedulers=allowed_schedulers,
+            default_policy=default_policy,
+            result_key=result_key,
+        )
+        runtime.bind_metrics(self.metrics)
+        self._state = CheckpointState(state_path, validate=self.policy.validate_state)
+        if self._state.recovery is not None:
+            self.metrics.state_recoveries.labels(self._state.recovery.kind).inc()
+        if self._state.fresh:
+            try:
+                self._state.set_default_cpuset(topology.all_cpus)
+            except StateWriteError as e:
+                self._write_failed(e)
+
+        self.on_assignments: Callable[[], None] | None = None
+        """Called after a pass that assigned or released CPUs (the community NRT is republished)."""
+        self._lock = threading.Lock()  # pods, decisions, synced: written by watch threads
+        self._reconcile_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._pods: dict[str, PodInfo] = {}
+        self._decisions: dict[str, ExclusiveDecision] = {}
+        self._frozen: set[str] = set()  # pods with CPUs assigned: their decision no longer changes
+        self._synced = False
+        # reconcile-thread only:
+        self._applied: dict[str, CPUSet] = {}
+        self._looked_up: dict[tuple[str, str, int], tuple[str, float]] = {}
+        self._alloc_failed: dict[str, tuple[CPUSet, str]] = {}
+
+    # --- feeding pods -------------------------------------------------------------------------------
+
+    def on_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """The complete list of this node's pods (a list or relist); pods not in it are gone."""
+        parsed: dict[str, PodInfo] = {}
+        for obj in pods:
+            info = parse_pod(obj)
+            if self._ours(info):
+                parsed[info.uid] = info
+        with self._lock:
+            self._pods = parsed
+            for uid in list(self._decisions):
+                if uid not in parsed:
+                    del self._decisions[uid]
+            for info in parsed.values():
+                self._decide(info)
+            self._synced = True
+        self._wake.set()
+
+    def on_pod_event(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        """One watch event: ``ADDED``, ``MODIFIED`` or ``DELETED`` with the pod's JSON."""
+        info = parse_pod(pod)
+        if not info.uid:
+            return
+        with self._lock:
+            if event_type == "DELETED" or not self._ours(info):
+                self._pods.pop(info.uid, None)
+                self._decisions.pop(info.uid, None)
+                self._frozen.discard(info.uid)
+            else:
+                self._pods[info.uid] = info
+                self._decide(info)
+        self._wake.set()
+
+    # ``ballast.kube.client.Reflector`` handler protocol
+    def replace(self, objects: list[dict[str, Any]], resource_version: str = "") -> None:
+        self.on_pods(objects)
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        self.on_pod_event(event_type, obj)
+
+    def _ours(self, info: PodInfo) -> bool:
+        return bool(info.uid) and info.node_name == self.node_name
+
+    def _decide(self, info: PodInfo) -> None:
+        """(Re)decide a pod's policy unless it has CPUs assigned (caller holds ``_lock``)."""
+        if info.uid in self._frozen:
+            return
+        previous = self._decisions.get(info.uid)
+        decision = self.policy.decide(info)
+        self._decisions[info.uid] = decision
+        if decision.rejected is not None and (previous is None or previous.rejected != decision.rejected):
+            reason, message = decision.rejected
+            self.metrics.topology_results_ignored.labels(reason).inc()
+            log.warning("pod %s/%s (%s): %s", info.namespace, info.name, info.uid, message)
+
+    # --- reconcile ----------------------------------------------------------------------------------
+
+    def reconcile_once(self) -> ReconcileResult:
+        """One pass (see the module docstring). Never raises for runtime or checkpoint failures.
+        When the pods' pinned CPUs changed, ``on_assignments`` is told (the NRT publishes them)."""
+        with self._reconcile_lock:
+            before = self.held()
+            started = time.perf_counter()
+            result = self._reconcile()
+            result.duration = time.perf_counter() - started
+            if not result.skipped:
+                self.metrics.reconcile_duration.observe(result.duration)
+            changed = self.held() != before
+        if changed and self.on_assignments is not None:
+            self.on_assignments()
+        return result
+
+    def _reconcile(self) -> ReconcileResult:
+        result = ReconcileResult()
+        with self._lock:
+            if not self._synced:
+                result.skipped = True
+                return result
+            pods = dict(self._pods)
+            decisions = dict(self._decisions)
+        active = {uid: p for uid, p in pods.items() if not p.terminal}
+        state = self._state
+
+        # One checkpoint write for all releases and allocations of the pass, saved before any cpuset
+        # is applied: a crash after pinning never loses the assignments behind it.
+        try:
+            with state.batch():
+                self._release_gone(active, result)
+                self._allocate_new(active, decisions, result)
+        except StateWriteError as e:
+            self._write_failed(e)
+        with self._lock:
+            self._frozen = set(state.get_assignments())
+        self._apply_cpusets(active, decisions, result)
+
+        if state.dirty:
+            try:
+                state.flush()
+            except StateWriteError as e:
+                self._write_failed(e)
+        self._update_gauges(decisions)
+        return result
+
+    def _release_gone(self, active: Mapping[str, PodInfo], result: ReconcileResult) -> None:
+        for uid in [uid for uid in self._state.get_assignments() if uid not in active]:
+            release = self.policy.release(self._state, uid)
+            if release is None:
+                continue
+            release.apply(self._state)
+            result.released += 1
+            self._alloc_failed.pop(uid, None)
+            log.info("pod %s is gone: CPUs %s returned to the shared pool", uid, release.cpus)
+        for uid in [uid for uid in self._alloc_failed if uid not in active]:
+            del self._alloc_failed[uid]
+
+    def _allocate_new(
+        self,
+        active: Mapping[str, PodInfo],
+        decisions: Mapping[str, ExclusiveDecision],
+        result: ReconcileResult,
+    ) -> None:
+        state = self._state
+        waiting = [
+            p
+            for uid, p in active.items()
+            if (d := decisions.get(uid)) is not None and d.pins and not state.has_pod(uid)
+        ]
+        for pod in sorted(waiting, key=lambda p: (p.created, p.uid)):
+            decision = decisions[pod.uid]
+            allocatable = self.policy.allocatable(state)
+            failed = self._alloc_failed.get(pod.uid)
+            if failed is not None and failed[0] == allocatable:
+                continue  # nothing was freed since the last attempt
+            try:
+                allocation = self.policy.allocate(state, pod, decision)
+            except AllocationError as e:
+                result.allocation_errors += 1
+                self.metrics.allocation_errors.labels(e.reason).inc()
+                level = logging.WARNING if failed is None else logging.DEBUG
+                log.log(
+                    level,
+                    "pod %s/%s (%s): no CPUs for policy %s: %s; on the shared pool until CPUs are freed",
+                    pod.namespace,
+                    pod.name,
+                    pod.uid,
+                    decision.mode,
+                    e,
+                )
+                self._alloc_failed[pod.uid] = (allocatable, str(e))
+                continue
+            if allocation is None:
+                continue
+            allocation.apply(state)
+            self._alloc_failed.pop(pod.uid, None)
+            result.allocated += 1
+            self.metrics.allocations.labels(str(decision.mode)).inc()
+            where = (
+                "NUMA " + ",".join(f"node{n}={k}" for n, k in decision.zones)
+                if decision.zones
+                else "whole machine"
+            )
+            log.info(
+                "pod %s/%s (%s): %s CPUs %s (%s); containers %s",
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                decision.mode,
+                allocation.cpus,
+                where,
+                ", ".join(f"{c}={s}" for c, s in allocation.containers.items()),
+            )
+
+    def _apply_cpusets(
+        self,
+        active: Mapping[str, PodInfo],
+        decisions: Mapping[str, ExclusiveDecision],
+        result: ReconcileResult,
+    ) -> None:
+        state = self._state
+        policy = self.policy
+        immovable = [
+            uid
+            for uid, d in decisions.items()
+            if d.mode is CPUPolicy.IMMOVABLE and uid in active and state.has_pod(uid)
+        ]
+        shared = policy.shared_pool(state, immovable)
+        numa_pools: dict[tuple[int, ...], CPUSet] = {}
+        seen: set[str] = set()
+        for pod in active.values():
+            decision = decisions.get(pod.uid)
+            if decision is None:
+                continue
+            for container in pod.containers:
+                status = pod.statuses.get(container.name)
+                if status is not None and not status.running:
+                    continue
+                if status is None and pod.phase != "Running":
+                    continue
+                ref = ContainerRef(
+                    pod.uid,
+                    pod.namespace,
+                    pod.name,
+                    container.name,
+                    status.container_id if status is not None else "",
+                    status.runtime if status is not None else "",
+                    pod.qos,
+                )
+                if not ref.container_id:
+                    ref = self._look_up(ref, status.restart_count if status is not None else 0)
+                    if ref is None:
+                        continue
+                seen.add(ref.container_id)
+                desired = policy.desired_cpuset(state, pod, decision, container.name, shared, numa_pools)
+                if self._applied.get(ref.container_id) == desired:
+                    result.unchanged += 1
+                    continue
+                self.metrics.pinning_requests.labels(self.runtime.name).inc()
+                try:
+                    self.runtime.set_cpuset(ref, desired)
+                except RuntimeCallError as e:
+                    result.update_errors += 1
+                    self.metrics.pinning_errors.labels(self.runtime.name, e.reason).inc()
+                    self._applied.pop(ref.container_id, None)
+                    if e.not_found:
+                        for key in [k for k in self._looked_up if k[:2] == (pod.uid, container.name)]:
+                            del self._looked_up[key]
+                    log.warning("cpuset %s for %s not applied (retried next pass): %s", desired, ref, e)
+                    continue
+                result.updates += 1
+                self._applied[ref.container_id] = desired
+                log.debug("cpuset of %s set to %s", ref, desired)
+        for cid in [cid for cid in self._applied if cid not in seen]:
+            del self._applied[cid]
+        for key in [k for k in self._looked_up if k[0] not in active]:
+            del self._looked_up[key]
+
+    def _look_up(self, ref: ContainerRef, restarts: int) -> ContainerRef | None:
+        """The container id from the runtime (kubelet labels) when the pod status has none.
+
+        Remembered per restart count (a restart makes a new container) for ``LOOKUP_TTL`` seconds."""
+        key = (ref.pod_uid, ref.container_name, restarts)
+        now = time.monotonic()
+        cached = self._looked_up.get(key)
+        if cached is not None and now - cached[1] < LOOKUP_TTL:
+            return ref.with_id(cached[0])
+        try:
+            cid = self.runtime.find_container_id(ref)
+        except RuntimeCallError as e:
+            self.metrics.pinning_errors.labels(self.runtime.name, "lookup-" + e.reason).inc()
+            log.warning("cannot look up %s: %s", ref, e)
+            return None
+        for old in [k for k in self._looked_up if k[:2] == key[:2]]:
+            del self._looked_up[old]
+        if not cid:
+            return None
+        self._looked_up[key] = (cid, now)
+        return ref.with_id(cid)
+
+    def _update_gauges(self, decisions: Mapping[str, ExclusiveDecision]) -> None:
+        state = self._state
+        assignments = state.get_assignments()
+        assigned = CPUSet().union(*(c for ctrs in assignments.values() for c in ctrs.values()))
+        immovable = [
+            uid for uid in assignments if (d := decisions.get(uid)) and d.mode is CPUPolicy.IMMOVABLE
+        ]
+        self.metrics.exclusive_cpus.set(len(assigned))
+        self.metrics.shared_pool_cpus.set(len(self.policy.shared_pool(state, immovable)))
+        self.metrics.pinned_pods.labels("immovable").set(len(immovable))
+        self.metrics.pinned_pods.labels("exclusive").set(len(assignments) - len(immovable))
+
+    def _write_failed(self, e: StateWriteError) -> None:
+        self.metrics.state_write_errors.inc()
+        log.error("%s; the state is kept in memory and saved again on the next pass", e)
+
+    # --- loop ---------------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Run the next pass now."""
+        self._wake.set()
+
+    def run(self, stop: threading.Event, *, poll: float = 0.25) -> None:
+        """Reconcile every ``reconcile_period`` seconds and right after pod events, until ``stop`` is set.
+
+        ``stop`` is checked every ``poll`` seconds while idle. A pass that raises is logged, not fatal.
+        """
+        log.info(
+            "CPU manager running on node %s: %d CPUs, reserved %s, reconcile every %.1fs, runtime %s",
+            self.node_name,
+            self.topology.num_cpus,
+            self.policy.reserved or "none",
+            self.reconcile_period,
+            self.runtime.name,
+        )
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                done = self.reconcile_once()
+                if (done.allocated or done.released) and self.on_assignments is not None:
+                    self.on_assignments()
+            except Exception:
+                log.exception("reconcile pass failed; retrying on the next one")
+            deadline = time.monotonic() + self.reconcile_period
+            while not stop.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._wake.wait(min(poll, remaining)):
+                    break
+
+    def pod_reflector(self, api_client: Any, *, resync_seconds: float = 300.0) -> Any:
+        """A ``ballast.kube.client.Reflector`` over this node's pods, feeding this manager; ``start()`` it."""
+        from ballast.kube.client import Reflector
+
+        return Reflector(
+            api_client,
+            "/api/v1/pods",
+            self,
+            params={"fieldSelector": f"spec.nodeName={self.node_name}"},
+            name=f"pods@{self.node_name}",
+            resync_seconds=resync_seconds,
+        )
+
+    # --- inspection ---------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> StateReader:
+        """The assignments, read-only."""
+        return self._state
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    def applied(self) -> dict[str, CPUSet]:
+        """Container id -> cpuset last applied successfully."""
+        return dict(self._applied)
+
+    def held(self) -> dict[str, HeldCPUs]:
+        """Pod UID -> the CPUs the state assigns it, with its namespace and name: what both NRTs publish
+        (crane's per zone, the community's ``available`` and pods fingerprint).
+
+        One rule: a pod holds CPUs from their assignment until their release, whether or not the pod watch
+        has named it yet (after a restart the checkpoint comes before the first list); its namespace and
+        name are then ``""``."""
+        with self._lock:
+            pods = dict(self._pods)
+        out = {}
+        for uid in self._state.get_assignments():
+            cpus = self._state.pod_cpus(uid)
+            if cpus:
+                info = pods.get(uid)
+                out[uid] = HeldCPUs(info.namespace if info else "", info.name if info else "", cpus)
+        return out
+
+    def decision(self, pod_uid: str) -> ExclusiveDecision | None:
+        with self._lock:
+            return self._decisions.get(pod_uid)
+
+    def close(self) -> None:
+        self.runtime.close()

@@ -1,0 +1,413 @@
+"""``ballast agent`` run mode: the node agent's main loop and its wiring.
+
+``run(args)`` builds, in order: the node name (``--node-name``, else ``NODE_NAME`` from the downward
+API), the topology (discovered once and logged), the API client, the kubelet settings source, the
+``Publisher``, the health/metrics endpoint, and a watch on this one Node. Then it loops until SIGTERM or
+SIGINT: publish, let the CPU manager follow what was published, wait ``--resync`` or until the Node's
+labels change, and again. Shutdown stops the watches, the CPU manager and the endpoint.
+
+The CPU manager (``ballast.agent.cpumanager.manager.CPUManager``) runs only while the published NRT says
+``cpuManagerPolicy: Static`` (not when the kubelet's own static manager pins CPUs, nor with
+``--cpu-manager=off``), and restarts when the kubelet's reserved CPUs change. See ``CPUManagerSupervisor``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from ballast import __version__
+from ballast.agent.cgroup_paths import CgroupLayout
+from ballast.agent.cpumanager.state import HeldCPUs
+from ballast.agent.cpuset import CPUSet
+from ballast.agent.nrt.publisher import (
+    KubeletConfigFile,
+    KubeletConfigz,
+    KubeletSource,
+    NodeHandler,
+    Published,
+    Publisher,
+    PublisherMetrics,
+)
+from ballast.agent.pod_watch import NodePodWatch
+from ballast.agent.topology.model import CPUTopology, TopologyError
+from ballast.agent.topology.sysfs import read_topology
+from ballast.contract.exclusive import DEFAULT_SCHEDULERS
+from ballast.contract.seal import SealKeyError, load_key
+from ballast.kube.client import Kube, KubeConfigError, Reflector, connect
+from ballast.program.health import HealthServer, Probe
+
+__all__ = ["CPUManagerSupervisor", "published_probe", "run"]
+
+log = logging.getLogger("ballast.agent")
+
+NODE_RELIST_SECONDS = 300.0
+"""The Node watch relists this often on top of its events (repairs anything a lost event hid)."""
+POD_RELIST_SECONDS = 300.0
+INITIAL_NODE_WAIT_SECONDS = 5.0
+"""How long the first publish waits for the Node watch's list, so it needs no GET of its own."""
+_STOP_POLL_SECONDS = 0.2
+
+NODE_NAME_MISSING = (
+    "ballast agent: --node-name is required when the NODE_NAME environment variable is not set "
+    "(in a DaemonSet set NODE_NAME from the downward API: valueFrom.fieldRef.fieldPath: spec.nodeName)"
+)
+
+
+# --- readiness -----------------------------------------------------------------------------------------
+
+
+def published_probe(published: threading.Event) -> Probe:
+    """``/readyz`` of the agent: ready once the NodeResourceTopology was published."""
+
+    def ready() -> tuple[bool, str]:
+        if published.is_set():
+            return True, "ok"
+        return False, "not ready: the NodeResourceTopology was not published yet"
+
+    return ready
+
+
+# --- CPU manager --------------------------------------------------------------------------------------
+
+
+class RunningManager:
+    """One started CPU manager: the manager, its pod watch, its loop thread."""
+
+    def __init__(self, manager: Any, reflector: Any, reserved: CPUSet) -> None:
+        self.manager = manager
+        self.reflector = reflector
+        self.reserved = reserved
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(
+            target=manager.run, args=(self.stop_event,), name="cpu-manager", daemon=True
+        )
+        reflector.start()
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.reflector.stop()
+        self.thread.join(10)
+        self.manager.close()
+
+
+ManagerFactory = Callable[[CPUSet], RunningManager]
+
+
+class CPUManagerSupervisor:
+    """HOOK for the CPU manager: started while the published NRT says ``cpuManagerPolicy: Static``.
+
+    ``update(published)`` is called after every publish attempt. With ``factory=None`` (``--cpu-manager
+    off``) nothing is ever started. A failed start is logged (once per message) and retried on the next
+    update; nothing is started before the first successful publish.
+    """
+
+    def __init__(
+        self, factory: ManagerFactory | None, on_assignments: Callable[[], None] | None = None
+    ) -> None:
+        self.factory = factory
+        self.running: RunningManager | None = None
+        self.on_assignments = on_assignments
+        """Told when the running manager's pinned CPUs change (the loop republishes the NRT)."""
+        self._last_error: str | None = None
+
+    def update(self, published: Published | None) -> None:
+        if self.factory is None or published is None:
+            return
+        want = published.cpu_manager_policy == "Static"
+        if self.running is not None and (not want or self.running.reserved != published.reserved):
+            why = "reserved CPUs changed" if want else "the NRT now says cpuManagerPolicy None"
+            log.info("stopping the CPU manager: %s", why)
+            self._stop()
+        if want and self.running is None:
+            try:
+                self.running = self.factory(published.reserved)
+                self.running.manager.on_assignments = self.on_assignments
+            except Exception as e:
+                message = f"cannot start the CPU manager: {type(e).__name__}: {e}"
+                if message != self._last_error:
+                    log.exception("%s; retrying after the next publish", message)
+                self._last_error = message
+                return
+            self._last_error = None
+            log.info("CPU manager started (reserved CPUs: %s)", published.reserved or "none")
+            if self.on_assignments is not None:
+                self.on_assignments()  # publish its (restored) assignments, even none
+
+    def _stop(self) -> None:
+        running, self.running = self.running, None
+        if running is not None:
+            try:
+                running.stop()
+            except Exception:
+                log.exception("stopping the CPU manager failed")
+
+    def close(self) -> None:
+        self._stop()
+
+    def held(self) -> dict[str, HeldCPUs] | None:
+        """The running manager's pinned CPUs per pod UID (``CPUManager.held``); ``None`` while none runs,
+        which the crane NRT tells apart from "nothing pinned"."""
+        running = self.running
+        return running.manager.held() if running is not None else None
+
+
+def cpu_manager_factory(
+    args: argparse.Namespace,
+    kube: Kube,
+    topology: CPUTopology,
+    node_name: str,
+    registry: CollectorRegistry,
+    runtime_factory: Callable[[], Any] | None = None,
+    pod_watch: NodePodWatch | None = None,
+) -> ManagerFactory:
+    """Build CPU managers from the command line; ``runtime_factory`` replaces the CRI runtime (tests);
+    ``pod_watch`` is the agent's shared watch on the node's pods (without it each manager has its own)."""
+    metrics: Any = None
+
+    def start(reserved: CPUSet) -> RunningManager:
+        nonlocal metrics
+        # Imported on first start: a node that never runs the manager never loads gRPC.
+        from ballast.agent.cpumanager.manager import CPUManager
+        from ballast.agent.cpumanager.metrics import CPUManagerMetrics
+        from ballast.agent.cpumanager.runtime import CRIRuntime
+
+        if metrics is None:  # registered once: a restarted manager keeps counting in the same series
+            metrics = CPUManagerMetrics(registry)
+        runtime = runtime_factory() if runtime_factory is not None else CRIRuntime(args.cri_endpoint)
+        try:
+            manager = CPUManager(
+                topology,
+                reserved,
+                args.cpu_state_file,
+                runtime,
+                allowed_schedulers=args.scheduler_names or DEFAULT_SCHEDULERS,
+                default_policy=args.default_cpu_policy,
+                node_name=node_name,
+                reconcile_period=args.cpu_manager_reconcile_period,
+                metrics=metrics,
+                result_key=getattr(args, "result_key", None),
+            )
+        except BaseException:
+            runtime.close()
+            raise
+        pods = (
+            pod_watch.subscribe(manager)
+            if pod_watch is not None
+            else manager.pod_reflector(kube, resync_seconds=POD_RELIST_SECONDS)
+        )
+        return RunningManager(manager, pods, reserved)
+
+    return start
+
+
+# --- main loop ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Signals:
+    previous: dict[int, Any]
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def _install_signal_handlers(
+    stop: threading.Event, wake: threading.Event, hangup: threading.Event | None = None
+) -> _Signals:
+    """SIGTERM and SIGINT stop the agent; SIGHUP (with ``--report-load``) reloads the policy file."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return _Signals(previous)  # embedded (tests): the caller stops us through ``stop``
+    if hangup is not None:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda _signum, _frame: hangup.set())
+
+    def handle(signum: int, _frame: Any) -> None:
+        log.info("%s received; shutting down", signal.Signals(signum).name)
+        stop.set()
+        wake.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.signal(signum, handle)
+    return _Signals(previous)
+
+
+def _wait(stop: threading.Event, wake: threading.Event, seconds: float) -> None:
+    """Sleep ``seconds`` or until ``wake`` (Node labels changed) or ``stop`` is set."""
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or wake.wait(min(_STOP_POLL_SECONDS, remaining)):
+            break
+    wake.clear()
+
+
+def _kubelet_layout(source: KubeletSource) -> CgroupLayout | None:
+    """Where the kubelet puts pod cgroups, or ``None`` when its settings cannot be read now."""
+    try:
+        return source.settings().cgroup_layout
+    except Exception as e:
+        log.warning("kubelet settings unreadable (%s): the pod cgroups are looked for in the tree", e)
+        return None
+
+
+def describe_topology(topology: CPUTopology) -> str:
+    numa = "; ".join(f"node{n}: CPUs {topology.cpus_in_numa(n)}" for n in topology.numa_ids)
+    return (
+        f"{topology.num_cpus} CPUs, {topology.num_cores} cores, {topology.num_sockets} socket(s), "
+        f"{topology.num_numa_nodes} NUMA node(s) ({numa})"
+    )
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    stop: threading.Event | None = None,
+    runtime_factory: Callable[[], Any] | None = None,
+) -> int:
+    """Run the agent until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
+
+    2: no node name, no usable cluster configuration, or ``--report-load`` flags that cannot work;
+    1: topology discovery failed or the metrics port cannot be bound; 0: clean shutdown.
+    """
+    node_name = args.node_name or os.environ.get("NODE_NAME", "")
+    if not node_name:
+        print(NODE_NAME_MISSING, file=sys.stderr)
+        return 2
+    try:
+        topology = read_topology(args.sysfs)
+    except TopologyError as e:
+        log.error("topology discovery failed: %s", e)
+        return 1
+    log.info("node %s: %s", node_name, describe_topology(topology))
+    try:
+        result_key = load_key(args.result_key_file) if getattr(args, "result_key_file", None) else None
+    except SealKeyError as e:
+        log.error("%s", e)
+        return 2
+    args.result_key = result_key
+    if result_key is None:
+        log.warning(
+            "no --result-key-file: topology results are trusted by schedulerName alone, which whoever may "
+            "create pods can set (see the operator's guide, What the agent trusts)"
+        )
+    load_policy = None
+    if getattr(args, "report_load", False):
+        from ballast.agent.load.loop import LoadSetupError, check_load_flags
+
+        try:
+            load_policy = check_load_flags(args)
+        except LoadSetupError as e:
+            log.error("%s", e)
+            return 2
+    try:
+        kube = connect(args.kubeconfig, f"ballast-agent/{__version__}")
+    except KubeConfigError as e:
+        log.error("%s", e)
+        return 2
+
+    registry = CollectorRegistry()
+    metrics = PublisherMetrics(registry)
+    source: KubeletSource
+    if args.kubelet_configz:
+        source = KubeletConfigz(kube, node_name, metrics=metrics)
+    else:
+        source = KubeletConfigFile(args.kubelet_config, metrics)
+    log.info("kubelet settings from %s", source.description)
+    enabled = args.cpu_manager == "on"
+    stop = stop or threading.Event()
+    wake = threading.Event()
+    # One watch on this node's pods for the CPU manager and the load reporter (ballast.agent.pod_watch).
+    pod_watch = NodePodWatch(
+        kube, node_name, resync_seconds=POD_RELIST_SECONDS, stall_seconds=args.watch_stall_timeout
+    )
+    factory = (
+        cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory, pod_watch)
+        if enabled
+        else None
+    )
+    # A manager that assigns or releases CPUs wakes the publish loop: crane's zone status and the community
+    # object's ``available`` follow assignments at once rather than at the next resync.
+    supervisor = CPUManagerSupervisor(factory, on_assignments=wake.set)
+    publisher = Publisher(
+        kube,
+        node_name,
+        topology,
+        source,
+        metrics=metrics,
+        cpu_manager_enabled=enabled,
+        publish=args.publish,
+        held=supervisor.held,
+    )
+    log.info("publishing NodeResourceTopology: %s", ", ".join(sorted(args.publish)))
+    server: HealthServer | None = None
+    if args.metrics_port:
+        server = HealthServer.serve(
+            args.metrics_address,
+            args.metrics_port,
+            registry,
+            ready=published_probe(publisher.ready),
+            name="agent-health",
+        )
+        if server is None:
+            kube.close()
+            return 1
+
+    node_watch = Reflector(
+        kube,
+        "/api/v1/nodes",
+        NodeHandler(publisher, wake.set),
+        params={"fieldSelector": f"metadata.name={node_name}"},
+        name=f"node/{node_name}",
+        resync_seconds=NODE_RELIST_SECONDS,
+    )
+    # ---- HOOK: the CPU manager follows the published cpuManagerPolicy (CPUManagerSupervisor) ----
+    load_loop: Any = None
+    hangup = threading.Event() if load_policy is not None else None
+    signals = _install_signal_handlers(stop, wake, hangup)
+    try:
+        node_watch.start()
+        node_watch.wait_synced(min(INITIAL_NODE_WAIT_SECONDS, args.resync))
+        wake.clear()  # the first list is "a change"; the publish below covers it
+        if load_policy is not None:
+            from ballast.agent.load.loop import start_load_reporting
+
+            load_loop = start_load_reporting(
+                args,
+                load_policy,
+                kube,
+                pod_watch,
+                node_name,
+                registry,
+                publisher.node,
+                lambda: _kubelet_layout(source),
+                hangup,
+            )
+        while not stop.is_set():
+            publisher.publish_once()
+            supervisor.update(publisher.published)
+            _wait(stop, wake, args.resync)
+    finally:
+        signals.restore()
+        if load_loop is not None:
+            load_loop.stop()
+        node_watch.stop()
+        supervisor.close()
+        pod_watch.stop()
+        if server is not None:
+            server.close()
+        kube.close()
+    log.info("agent stopped")
+    return 0

@@ -1,0 +1,292 @@
+"""The extender's app factory: ``create_app`` builds a complete service from its parts, so tests build
+one with fakes in a line and the CLI builds the real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
+from pydantic import TypeAdapter
+
+from ballast import __version__
+from ballast.contract.exclusive import DEFAULT_SCHEDULERS
+from ballast.extender import wire
+from ballast.extender.api import debug, errors, examples, health, verbs
+from ballast.extender.api.access import DEFAULT_SLOW_SECONDS, SUMMARY_SECONDS, AccessLog
+from ballast.extender.api.body import (
+    DEFAULT_BODY_TIMEOUT_SECONDS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BODY_BYTES_IN_FLIGHT,
+    BodyBudget,
+)
+from ballast.extender.api.state import Services
+from ballast.extender.bind import Binder
+from ballast.extender.cache import ClusterCache
+from ballast.extender.connections import RateLimitedLoopErrors
+from ballast.extender.extender import Extender
+from ballast.extender.load_bind import LoadPreBind
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.extender.numa.community_check import CommunityCheck, CommunityPreBind
+from ballast.extender.numa.crane_bind import NumaPreBind
+from ballast.kube.async_client import AsyncKube
+from ballast.kube.client import WATCH_STALL_SECONDS, Kube
+from ballast.model.ledger import Ledger
+from ballast.model.policy import Policy
+from ballast.model.policy_store import PolicyStore
+
+log = logging.getLogger("ballast.extender")
+
+_DOC_MODELS: dict[str, Any] = {
+    "ExtenderArgs": wire.ExtenderArgsModel,
+    "ExtenderFilterResult": wire.ExtenderFilterResult,
+    "HostPriorityList": list[wire.HostPriority],
+    "ExtenderBindingArgs": wire.ExtenderBindingArgs,
+    "ExtenderBindingResult": wire.ExtenderBindingResult,
+    "ExtenderPreemptionArgs": wire.ExtenderPreemptionArgs,
+    "ExtenderPreemptionResult": wire.ExtenderPreemptionResult,
+    "ErrorBody": wire.ErrorBody,
+}
+
+
+def _openapi(app: FastAPI, clock: Callable[[], float]) -> Callable[[], dict[str, Any]]:
+    """Describe the wire models in components, since routes read raw bytes for speed.
+
+    The document is built once; each call returns a copy with request examples dated by ``clock``, so
+    "Try it out" sends fresh load annotations however long the service has run.
+    """
+
+    def base() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, model in _DOC_MODELS.items():
+            js = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")
+            comps.update(js.pop("$defs", {}))
+            js["title"] = name
+            comps[name] = js
+        for ops in schema["paths"].values():
+            for op in ops.values():
+                _tidy_responses(op.get("responses", {}))
+        # No route validates parameters (bodies are parsed by hand into 400s): no 422 can happen.
+        comps.pop("HTTPValidationError", None)
+        comps.pop("ValidationError", None)
+        app.openapi_schema = schema
+        return schema
+
+    def build() -> dict[str, Any]:
+        schema = copy.deepcopy(base())
+        for path, named in examples.request_examples(clock()).items():
+            body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+            body["examples"] = {k: {"summary": k, "value": v} for k, v in named.items()}
+        return schema
+
+    return build
+
+
+def _tidy_responses(responses: dict[str, Any]) -> None:
+    """Drop FastAPI's guesses that contradict the declared ones: the 422 of a path parameter that any
+    string satisfies, and the ``"type": "string"`` it puts beside a ``$ref`` for a custom response class
+    (Swagger UI then shows the model as "string")."""
+    responses.pop("422", None)
+    for answer in responses.values():
+        for media in answer.get("content", {}).values():
+            schema = media.get("schema", {})
+            if "$ref" in schema:
+                media["schema"] = {"$ref": schema["$ref"]}
+
+
+DESCRIPTION = """
+Ballast is a kube-scheduler extender that filters out overloaded nodes and favours lightly loaded ones,
+from load annotations written by `ballast annotator` (or crane-scheduler's annotator) and its own
+record of pods it just placed.
+
+Try the verbs with the examples below, or with `curl` as in the README.
+"""
+
+
+def create_app(
+    policy: Policy,
+    *,
+    policy_path: str | None = None,
+    policy_poll_seconds: float = 2.0,
+    metrics: ExtenderMetrics | None = None,
+    kube: Kube | None = None,
+    resync_seconds: float = 300.0,
+    watch_stall_seconds: float = WATCH_STALL_SECONDS,
+    background: list[Callable[[], Any]] | None = None,
+    clock: Callable[[], float] = time.time,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS,
+    max_body_bytes_in_flight: int = DEFAULT_MAX_BODY_BYTES_IN_FLIGHT,
+    scheduler_names: Iterable[str] = DEFAULT_SCHEDULERS,
+    result_key: bytes | None = None,
+    access_log: bool = False,
+    slow_request: float = DEFAULT_SLOW_SECONDS,
+    access_summary_seconds: float = SUMMARY_SECONDS,
+    nrt_assume_ttl: float = 120.0,
+) -> FastAPI:
+    """Build the extender app.
+
+    Without ``kube`` it serves whole-node requests and keeps tentative estimates (holds) of the pods it
+    scores. With ``kube`` (cluster access) it also watches nodes and pods, serves names-only requests
+    from that cache, and binds. The access log (``ballast.access``) has failed requests, requests slower
+    than ``slow_request`` seconds and a summary every ``access_summary_seconds``; ``access_log`` adds one
+    INFO line per request.
+    """
+    metrics = metrics or ExtenderMetrics()
+    store = PolicyStore(policy, policy_path, metrics)
+    metrics.know(policy)
+    store.on_change(metrics.know)
+    ledger = Ledger(policy, clock)
+    cache = binder = None
+    if kube is not None:
+        cache = ClusterCache(
+            kube,
+            store,
+            ledger,
+            resync_seconds=resync_seconds,
+            stall_seconds=watch_stall_seconds,
+            clock=clock,
+            on_bad=metrics.count_bad,
+            allowed_schedulers=scheduler_names,
+            result_key=result_key,
+            on_malformed_nrt=lambda _bad: metrics.nrt_malformed.inc(),
+            community_assume_ttl=nrt_assume_ttl,
+        )
+    extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
+    community = None
+    if cache is not None:
+        community = extender.numa.community = CommunityCheck(
+            store, cache.community, cache.topology, lambda count: extender._rejected("numa").inc(count), clock
+        )
+    if kube is not None:
+        # The bind verb's API calls (the pod read, the NUMA result patch, the Binding) are awaited on the
+        # event loop over the lean transport (``ballast.kube.async_client``, ``ballast.kube.lean``), share one
+        # deadline per verb and make one attempt each. Everything else (watches, lists) keeps the official
+        # client, and so do the bind's calls where the lean transport cannot serve (a proxy), in a thread.
+        bind_kube = AsyncKube.lean(kube)
+        load_check = LoadPreBind(
+            bind_kube,
+            ledger,
+            store,
+            cache.node,
+            clock,
+            lambda metric: metrics.binds_refused.labels(metric).inc(),
+            lambda metric: metrics.shadow_binds_would_refuse.labels(metric).inc(),
+            cache.bound_node,
+        )
+        numa = NumaPreBind(bind_kube, cache, store, extender.numa.seen, result_key)
+        assert community is not None
+        binder = Binder(
+            bind_kube,
+            ledger,
+            clock,
+            pre_bind=[load_check, numa, CommunityPreBind(bind_kube, community)],
+            bound_node=cache.bound_node,
+        )
+    svc = Services(
+        store=store,
+        metrics=metrics,
+        extender=extender,
+        cache=cache,
+        binder=binder,
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+        body_budget=BodyBudget(max_body_bytes_in_flight),
+    )
+    if cache is not None:
+        svc.readiness.append(cache.readiness)
+        metrics.watches.reflectors = lambda: cache.reflectors
+
+    access = AccessLog(None, every_request=access_log, slow=slow_request)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(access.run_summaries(access_summary_seconds))]
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(RateLimitedLoopErrors())
+        if store.path is not None:
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                # Only possible in the main thread (the real server); tests call reload() directly.
+                loop.add_signal_handler(signal.SIGHUP, lambda: store.reload("SIGHUP"))
+            if policy_poll_seconds > 0:
+                tasks.append(asyncio.create_task(_watch_policy(store, policy_poll_seconds)))
+        if cache is not None:
+            cache.start(loop)
+        for start in background or []:
+            result = start()
+            if asyncio.iscoroutine(result):
+                tasks.append(asyncio.create_task(result))
+        try:
+            yield
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            access.summarise()
+            if cache is not None:
+                await asyncio.to_thread(cache.stop)
+
+    # FastAPIOffline serves Swagger UI from files in its package, not from a CDN: the docs page works on a
+    # cluster without internet access. No ReDoc: its bundle still loads its logo from a CDN.
+    app = FastAPIOffline(
+        redoc_url=None,
+        title="Ballast scheduler extender",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        redirect_slashes=False,
+    )
+    app.__class__ = _VerbsFirst  # FastAPIOffline builds a plain FastAPI; this one answers the verbs first
+    app.state.services = svc
+    app.include_router(verbs.router)
+    app.include_router(debug.router)
+    app.include_router(health.router)
+    errors.install(app)
+    app.openapi = _openapi(app, clock)  # type: ignore[method-assign]
+    access.app = verbs.VerbFastPath(svc, super(_VerbsFirst, app).__call__)
+    app.front = access
+    return app
+
+
+class _VerbsFirst(FastAPI):
+    """The extender's app: every HTTP request passes the access log, kube-scheduler's verbs are answered
+    there (``verbs.VerbFastPath``), and everything else goes on to FastAPI.
+
+    In front of FastAPI rather than inside its middleware stack: FastAPI (0.165) asks OpenTelemetry on every
+    request whether a tracer, meter or logger provider is set (reading the environment), which with
+    Starlette's entry was a twentieth of a pod's instructions. So FastAPI's native telemetry, when an
+    operator configures one, sees every route but the four verbs; Ballast's own metrics count and time
+    those."""
+
+    front: Callable[..., Awaitable[None]] | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.front is not None and scope["type"] == "http":
+            await self.front(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+
+async def _watch_policy(store: PolicyStore, every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await asyncio.to_thread(store.reload_if_changed)
+        except Exception:  # never let the watcher die silently
+            log.exception("policy file watcher failed; will retry")

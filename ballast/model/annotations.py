@@ -1,0 +1,153 @@
+"""Node load annotations: ``"<value>,<timestamp>"`` parsing, formatting and freshness.
+
+The format is crane-scheduler's, so Ballast and crane annotators are interchangeable. Parsing is
+deliberately forgiving in one direction only: anything that cannot be read becomes "no information"
+(``None``), never an exception, because a bad annotation must not reject a node or break a request.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+
+from ballast.contract.times import format_rfc3339, parse_rfc3339
+
+HOT_VALUE_KEY = "node_hot_value"
+HOT_VALUE_VALID_SECONDS = 300.0
+"""crane's DefautlHotVauleActivePeriod: a hot value counts for five minutes after it was written."""
+
+EXTRA_ACTIVE_SECONDS = 300.0
+"""crane's ExtraActivePeriod: a metric counts until ``timestamp + sync period + 5m``."""
+
+MAX_LOAD_RATIO = 10.0
+"""A usage ratio above this (1000 % of allocatable) is a broken writer, not a measurement."""
+MAX_HOT_VALUE = 10_000.0
+"""A hot value counts recently placed pods; 10 already takes the whole score, 10 000 is no count at all."""
+MAX_FUTURE_SECONDS = 300.0
+"""Clock skew allowed between the writer and the extender; a stamp further ahead would stay fresh forever."""
+
+# crane's legacy layout "2006-01-02T15:04:05Z": a literal Z after a local wall-clock time.
+_LEGACY = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One parsed annotation: the value and when it was measured (Unix seconds)."""
+
+    value: float
+    timestamp: float
+    ordered_at: float | None = None
+    """Set when the stamp was ahead of the extender's clock on arrival: that arrival time. Clocks drift
+    between the annotator's machine and the extender's; a measurement cannot include pods placed after it
+    arrived, so estimates are ordered against ``order_at`` and skew never switches them off."""
+
+    @property
+    def order_at(self) -> float:
+        """When the measurement was taken, for ordering estimates: the stamp, at the latest its arrival."""
+        return self.timestamp if self.ordered_at is None else self.ordered_at
+
+    def age(self, now: float) -> float:
+        return now - self.timestamp
+
+    def expires_at(self, valid_for: float) -> float:
+        return self.timestamp + valid_for
+
+    def is_fresh(self, now: float, valid_for: float) -> bool:
+        """A sample counts while ``timestamp + valid_for`` is in the future (the one freshness rule)."""
+        return self.timestamp + valid_for > now
+
+
+def fresh(sample: Sample | None, valid_for: float, now: float) -> Sample | None:
+    """``sample`` while it counts, else ``None`` (missing and stale are both no information). The rule is
+    ``Sample.is_fresh``, written out: a node's recomputation asks this some thirty times."""
+    return sample if sample is not None and sample.timestamp + valid_for > now else None
+
+
+def parse_timestamp(text: str, legacy_zone: tzinfo | None = None) -> float | None:
+    """Parse an annotation timestamp into Unix seconds, or ``None`` when it cannot be read.
+
+    RFC 3339 with any offset is read as written. With ``legacy_zone`` set, a second-precision
+    ``...Z`` stamp is crane's legacy form and is read as a wall-clock time in that zone (crane wrote
+    local time followed by a literal ``Z``).
+    """
+    s = text.strip()
+    if not s:
+        return None
+    if legacy_zone is not None and _LEGACY.match(s):
+        try:
+            naive = datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ")
+        except ValueError:
+            return None
+        return naive.replace(tzinfo=legacy_zone).timestamp()
+    # RFC 3339 requires an offset; a bare local time is ambiguous, so it carries no information.
+    return parse_rfc3339(s)
+
+
+def parse_sample(raw: object, legacy_zone: tzinfo | None = None) -> Sample | None:
+    """Parse ``"<value>,<timestamp>"``; ``None`` for missing, malformed, NaN, infinite or negative values."""
+    if not isinstance(raw, str):
+        return None
+    value_text, sep, stamp = raw.partition(",")
+    if not sep:
+        return None
+    try:
+        value = float(value_text)
+    except ValueError:
+        return None
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        return None
+    ts = parse_timestamp(stamp, legacy_zone)
+    if ts is None:
+        return None
+    return Sample(value, ts)
+
+
+def read_sample(
+    raw: object, legacy_zone: tzinfo | None, now: float, cap: float
+) -> tuple[Sample | None, str | None]:
+    """Parse one annotation for the extender: ``(sample, None)``, ``(None, None)`` when it is absent, or
+    ``(None, reason)`` when it is there but cannot be a measurement.
+
+    A bad value is "no information" for that node and metric only; the reason is kept so ``/nodes`` can
+    show it and the extender can count it. ``cap`` is the largest sane value (``MAX_LOAD_RATIO`` or
+    ``MAX_HOT_VALUE``): anything the score and filter arithmetic cannot take safely is refused here.
+    """
+    if raw is None:
+        return None, None
+    if not isinstance(raw, str):
+        return None, f"expected a string, got {type(raw).__name__}"
+    value_text, sep, stamp = raw.partition(",")
+    if not sep:
+        return None, 'expected "<value>,<timestamp>"'
+    try:
+        value = float(value_text)
+    except ValueError:
+        return None, f"value {value_text[:40]!r} is not a number"
+    if not math.isfinite(value):
+        return None, f"value {value_text[:40]!r} is not a finite number"
+    if value < 0:
+        return None, f"value {value:g} is negative"
+    if value > cap:
+        return None, f"value {value:g} is above the sane maximum {cap:g}"
+    ts = parse_timestamp(stamp, legacy_zone)
+    if ts is None:
+        return None, f"timestamp {stamp[:40]!r} is not RFC 3339 with an offset"
+    if ts > now + MAX_FUTURE_SECONDS:
+        return None, f"timestamp {stamp[:40]!r} is more than {MAX_FUTURE_SECONDS:g}s in the future"
+    return Sample(value, ts, now if ts > now else None), None
+
+
+def format_timestamp(when: float) -> str:
+    """RFC 3339 UTC at second precision, the form Ballast writes: ``2026-11-22T07:00:00Z``."""
+    return format_rfc3339(when)
+
+
+def format_load(ratio: float, when: float) -> str:
+    """A load annotation value: ratio with five decimals, then the timestamp."""
+    return f"{ratio:.5f},{format_timestamp(when)}"
+
+
+def format_hot_value(hot: int, when: float) -> str:
+    return f"{int(hot)},{format_timestamp(when)}"

@@ -1,0 +1,67 @@
+"""Who wrote a node's load annotations, and when a writer must leave them alone.
+
+Two programs can write the same node's load: the agent on that node (from the kernel) and the annotator
+(from Prometheus). If both wrote, the values would alternate between two measurements every few seconds and
+nobody would see why. So each writer stamps its identity in ``ballast.io/load-source`` with the values, and a
+writer that finds another source's *fresh* values leaves the node to it. Stale values (the other writer
+stopped) are taken over; values without a stamp (crane-scheduler's own annotator, an older Ballast) are
+replaced, which is what migrating from them means.
+
+The agent (``ballast/agent/``) imports this module too, so the key, the identities and the rule are one thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ballast.model.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS, parse_sample
+from ballast.model.policy import Policy
+
+LOAD_SOURCE_KEY = "ballast.io/load-source"
+"""The node annotation naming who wrote the load annotations beside it."""
+
+ANNOTATOR_SOURCE = "annotator"
+"""The annotator's stamp (one leader writes at a time, so one identity serves every replica)."""
+
+AGENT_SOURCE_PREFIX = "agent/"
+
+MEASURED_METRICS = (
+    "cpu_usage_avg_5m",
+    "cpu_usage_max_avg_1h",
+    "cpu_usage_max_avg_1d",
+    "mem_usage_avg_5m",
+    "mem_usage_max_avg_1h",
+    "mem_usage_max_avg_1d",
+)
+"""crane's recording-rule names for node load: what the agent measures and what the annotator queries by
+default. The names are the contract with the extender and with crane tooling."""
+
+LOAD_ANNOTATION_KEYS = (*MEASURED_METRICS, HOT_VALUE_KEY, LOAD_SOURCE_KEY)
+"""Every Node annotation a load source writes. The agent's admission policy
+(scheduler_config/deploy/agent-admission-policy.yaml) lets the agent change exactly these; a test keeps the
+two equal."""
+
+
+def agent_source(node: str) -> str:
+    """The stamp of the agent on ``node``: ``agent/<node>``."""
+    return f"{AGENT_SOURCE_PREFIX}{node}"
+
+
+def other_fresh_source(annotations: Mapping[str, object], me: str, policy: Policy, now: float) -> str | None:
+    """The identity of another source whose values on this node still count, else ``None``.
+
+    ``me`` is the caller's own stamp. Another source's values count while any of its load samples (a policy
+    metric, by that metric's validity: sync period + 5m) or its hot value (5m) is fresh: the moment all of
+    them have gone stale the other writer is taken to have stopped, and the caller may write.
+    """
+    source = annotations.get(LOAD_SOURCE_KEY)
+    if not isinstance(source, str) or not source or source == me:
+        return None
+    for metric in policy.sync_periods:
+        sample = parse_sample(annotations.get(metric))
+        if sample is not None and sample.is_fresh(now, policy.valid_for(metric)):
+            return source
+    hot = parse_sample(annotations.get(HOT_VALUE_KEY))
+    if hot is not None and hot.is_fresh(now, HOT_VALUE_VALID_SECONDS):
+        return source
+    return None

@@ -35,8 +35,8 @@ from ballast.annotator.bindings import Binding, BindingRecords
 from ballast.annotator.controller import Annotator, KubeNodeWriter
 from ballast.annotator.prometheus import PrometheusClient, PrometheusConfig
 from ballast.annotator.sources import NodeIndex, PodBindings
+from ballast.contract.annotations import HOT_VALUE_KEY, format_load
 from ballast.kube.client import Kube
-from ballast.model.annotations import HOT_VALUE_KEY, format_load
 from ballast.model.policy import load_policy
 from ballast.testing.annotator import add_node, stamp
 from ballast.testing.fakekube import FakeKube, make_pod

@@ -38,11 +38,11 @@ from pathlib import Path
 
 import orjson
 
+from ballast.contract.annotations import format_load
 from ballast.extender.extender import Extender
 from ballast.extender.load_bind import LoadPreBind
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.wire import BindingArgs, ExtenderArgs
-from ballast.model.annotations import format_load
 from ballast.model.ledger import Ledger
 from ballast.model.nodestate import parse_node
 from ballast.model.policy import Policy, load_policy

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from ballast.model.annotations import format_load
+from ballast.contract.annotations import format_load
 from ballast.testing.fakekube import FakeKube
 from bench.harness import Timing, ballast_cmd, echo_cmd, free_port, measure, measure_pair, serve
 from bench.nodes import make_nodes, pod

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ballast.model.annotations import format_hot_value, format_load
+from ballast.contract.annotations import format_hot_value, format_load
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_REQUEST = (

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from ballast.model.annotations import format_load
+from ballast.contract.annotations import format_load
 from ballast.model.policy import parse_policy
 from ballast.rebalancer.cache import NodeCache, PodCache
 from ballast.rebalancer.evictor import Evictor

@@ -28,8 +28,8 @@ from typing import Any
 
 import orjson
 
+from ballast.contract.annotations import format_load
 from ballast.kube.client import Kube, Reflector
-from ballast.model.annotations import format_load
 from ballast.model.policy import parse_policy
 from ballast.rebalancer.cache import NodeCache, PodCache
 from ballast.rebalancer.evictor import Evictor

@@ -27,9 +27,9 @@ from urllib.parse import quote
 
 from fastapi.testclient import TestClient
 
+from ballast.contract.annotations import format_timestamp
 from ballast.extender.main import create_app
 from ballast.kube.client import Kube
-from ballast.model.annotations import format_timestamp
 from ballast.model.policy import load_policy
 from ballast.testing.parts import POLICY_FILE
 from tests.conftest import CAPTURE_TIME, FIXTURES, read_fixture

@@ -27,11 +27,11 @@ from hypothesis import strategies as st
 from ballast.annotator.plan import PatchPlanner
 from ballast.annotator.sources import NodeIndex
 from ballast.cli import main
+from ballast.contract.annotations import HOT_VALUE_KEY, format_load
 from ballast.contract.seal import SEAL_ANNOTATION
 from ballast.contract.topology_result import AWARENESS_KEY, CPU_POLICY_ANNOTATION, TOPOLOGY_RESULT_ANNOTATION
 from ballast.extender.main import create_app
 from ballast.kube.client import Kube
-from ballast.model.annotations import HOT_VALUE_KEY, format_load
 from ballast.model.nodestate import parse_node
 from ballast.model.policy import PolicyError, parse_policy
 from ballast.model.policy_store import PolicyStore

@@ -18,10 +18,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ballast.contract.annotations import MAX_FUTURE_SECONDS, format_load, read_sample
 from ballast.extender.main import create_app
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.kube.client import Kube, load_api_client
-from ballast.model.annotations import MAX_FUTURE_SECONDS, format_load, read_sample
 from ballast.model.nodestate import parse_node
 from ballast.model.policy import Policy, load_policy
 from ballast.testing.parts import POLICY_FILE, wait_for

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from ballast.contract.annotations import Sample
 from ballast.extender.bind import Binder
 from ballast.extender.load_bind import LoadPreBind
 from ballast.extender.wire import BindingArgs
 from ballast.kube.client import ApiError
-from ballast.model.annotations import Sample
 from ballast.model.ledger import Ledger
 from ballast.model.nodestate import NodeLoad
 from ballast.model.podinfo import pod_info

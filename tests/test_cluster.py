@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from ballast.contract.annotations import format_load
 from ballast.extender.main import create_app
 from ballast.kube.client import Kube, load_api_client
-from ballast.model.annotations import format_load
 from ballast.model.policy import load_policy
 from ballast.testing.parts import POLICY_FILE, wait_for
 from tests.conftest import CAPTURE_TIME, FIXTURES, read_fixture

@@ -6,8 +6,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from ballast.contract.annotations import format_hot_value, format_load, fresh, parse_sample, parse_timestamp
 from ballast.contract.durations import format_duration, parse_duration
-from ballast.model.annotations import format_hot_value, format_load, fresh, parse_sample, parse_timestamp
 
 
 @pytest.mark.parametrize(

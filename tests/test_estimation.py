@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ballast.model.annotations import Sample
+from ballast.contract.annotations import Sample
 from ballast.model.estimation import (
     Estimate,
     counts,

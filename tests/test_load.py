@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from ballast.model.annotations import format_hot_value, format_load
+from ballast.contract.annotations import format_hot_value, format_load
 from ballast.model.load import (
     check_node,
     dominant_of,

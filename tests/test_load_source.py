@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast.model.annotations import format_hot_value, format_load
+from ballast.contract.annotations import format_hot_value, format_load
 from ballast.model.load_source import (
     ANNOTATOR_SOURCE,
     LOAD_ANNOTATION_KEYS,

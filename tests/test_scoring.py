@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ballast.contract.annotations import format_hot_value, format_load
 from ballast.extender.explain import explain
 from ballast.extender.extender import Extender
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.wire import ExtenderArgs
-from ballast.model.annotations import format_hot_value, format_load
 from ballast.model.ledger import Ledger
 from ballast.model.load import RUNNER_UP, projected_load, relative_scores
 from ballast.model.nodestate import NodeLoad, parse_node

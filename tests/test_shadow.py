@@ -13,13 +13,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ballast.cli import main
+from ballast.contract.annotations import format_load
 from ballast.extender.extender import Extender
 from ballast.extender.main import create_app
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.shadow import MAX_FAVOURED, TTL_SECONDS, ShadowBook
 from ballast.extender.wire import ExtenderArgs
 from ballast.kube.client import Kube, load_api_client
-from ballast.model.annotations import format_load
 from ballast.model.ledger import Ledger
 from ballast.model.nodestate import parse_node
 from ballast.model.policy import load_policy

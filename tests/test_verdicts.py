@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ballast.contract.annotations import format_hot_value, format_load
 from ballast.extender import extender as extender_module
 from ballast.extender.extender import Extender
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.wire import ExtenderArgs
-from ballast.model.annotations import format_hot_value, format_load
 from ballast.model.ledger import Ledger
 from ballast.model.load import check_node, projected_load, score_node
 from ballast.model.nodestate import NodeLoad, parse_node

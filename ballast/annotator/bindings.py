@@ -25,7 +25,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ballast.model.annotations import parse_timestamp
+from ballast.contract.annotations import parse_timestamp
 from ballast.model.hot_value import Binding, binding_from_pod, hot_value_of
 from ballast.model.policy import HotValueWindow
 

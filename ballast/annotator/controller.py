@@ -35,8 +35,8 @@ from ballast.annotator.plan import NodePatch, PatchPlanner
 from ballast.annotator.prometheus import Vector
 from ballast.annotator.schedule import Schedule
 from ballast.annotator.sources import NodeIndex
+from ballast.contract.annotations import HOT_VALUE_KEY, MAX_LOAD_RATIO
 from ballast.kube.client import ApiError, Kube, path_for
-from ballast.model.annotations import HOT_VALUE_KEY, MAX_LOAD_RATIO
 from ballast.model.load_source import ANNOTATOR_SOURCE, other_fresh_source
 from ballast.model.policy import Policy
 

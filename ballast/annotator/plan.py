@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import tzinfo
 
-from ballast.model.annotations import (
+from ballast.contract.annotations import (
     HOT_VALUE_KEY,
     HOT_VALUE_VALID_SECONDS,
     format_hot_value,

@@ -36,8 +36,8 @@ from ballast.annotator.metrics import AnnotatorMetrics
 from ballast.annotator.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
 from ballast.annotator.schedule import Schedule
 from ballast.annotator.sources import EventBindings, NodeIndex, PodBindings
+from ballast.contract.annotations import HOT_VALUE_KEY
 from ballast.kube.client import Kube, KubeConfigError, Reflector
-from ballast.model.annotations import HOT_VALUE_KEY
 from ballast.model.policy import Policy, PolicyError, load_policy
 from ballast.model.policy_store import PolicyStore
 from ballast.program.health import HealthServer

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ballast.contract.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
 from ballast.extender.extender import Extender
 from ballast.extender.numa.community import community_demand
 from ballast.extender.numa.crane import NumaRequest, combine, numa_request, numa_score
-from ballast.model.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS
 from ballast.model.load import (
     NO_POD,
     check_node,

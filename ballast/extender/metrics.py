@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ballast.contract.annotations import HOT_VALUE_KEY
 from ballast.extender.shadow import EXCESS_BUCKETS
-from ballast.model.annotations import HOT_VALUE_KEY
 from ballast.model.nodestate import NodeLoad
 from ballast.model.policy import Policy
 from ballast.model.policy_store import policy_reload_metrics

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ballast.model.annotations import parse_timestamp
+from ballast.contract.annotations import parse_timestamp
 from ballast.model.policy import HotValueWindow
 
 __all__ = ["Binding", "binding_from_pod", "hot_value_of"]

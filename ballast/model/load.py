@@ -41,8 +41,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ballast.contract.annotations import HOT_VALUE_VALID_SECONDS, fresh
 from ballast.contract.durations import format_duration
-from ballast.model.annotations import HOT_VALUE_VALID_SECONDS, fresh
 from ballast.model.nodestate import NodeLoad
 from ballast.model.policy import Policy
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ballast.model.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS, parse_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS, parse_sample
 from ballast.model.policy import Policy
 
 LOAD_SOURCE_KEY = "ballast.io/load-source"

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ballast.contract.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, Sample, read_sample
 from ballast.contract.quantity import parse_bytes as memory_bytes
 from ballast.contract.quantity import parse_cpu_milli as cpu_milli
-from ballast.model.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, Sample, read_sample
 from ballast.model.policy import Policy
 from ballast.model.pools import NodeLimits
 from ballast.model.thresholds import THRESHOLDS_ANNOTATION, node_limits

@@ -17,10 +17,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
+from ballast.contract.annotations import EXTRA_ACTIVE_SECONDS
 from ballast.contract.durations import parse_duration
 from ballast.contract.numbers import finite, shown
 from ballast.contract.quantity import parse_quantity
-from ballast.model.annotations import EXTRA_ACTIVE_SECONDS
 from ballast.model.pools import (
     LIMIT_FIELDS,
     LimitEntry,

@@ -45,7 +45,7 @@ from itertools import filterfalse
 
 import orjson
 
-from ballast.model.annotations import HOT_VALUE_VALID_SECONDS, fresh
+from ballast.contract.annotations import HOT_VALUE_VALID_SECONDS, fresh
 from ballast.model.estimation import Estimate
 from ballast.model.ledger import Ledger
 from ballast.model.load import (

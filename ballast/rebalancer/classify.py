@@ -32,8 +32,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ballast.contract.annotations import fresh
 from ballast.contract.times import format_rfc3339
-from ballast.model.annotations import fresh
 from ballast.model.nodestate import NodeLoad
 from ballast.model.rebalance_policy import RebalanceSettings
 

@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ballast.contract.annotations import fresh
 from ballast.contract.quantity import parse_quantity
-from ballast.model.annotations import fresh
 from ballast.model.estimation import Estimate, MetricPlan, extra, units
 from ballast.model.load import check_node, projected_load
 from ballast.model.nodestate import NodeLoad, parse_node

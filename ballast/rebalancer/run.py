@@ -34,10 +34,10 @@ from typing import Any, TextIO
 import orjson
 
 from ballast import __version__
+from ballast.contract.annotations import format_timestamp
 from ballast.contract.durations import format_duration
 from ballast.contract.nodeload import NODELOAD_PATH
 from ballast.kube.client import ApiError, Kube, KubeConfigError, Reflector
-from ballast.model.annotations import format_timestamp
 from ballast.model.policy import Policy, PolicyError, load_policy
 from ballast.model.policy_store import PolicyStore
 from ballast.model.rebalance_policy import RebalanceSettings, rebalance_settings

@@ -11,7 +11,7 @@ import pytest
 
 from ballast.annotator.cli import register
 from ballast.annotator.run import DEFAULT_NAMESPACE, lease_namespace, run
-from ballast.model.annotations import HOT_VALUE_KEY
+from ballast.contract.annotations import HOT_VALUE_KEY
 from ballast.testing.annotator import FailingPrometheus, add_node, annotations, bind_pod, parse, stamp
 from ballast.testing.fakekube import FakeKube, make_event, make_lease
 from ballast.testing.parts import POLICY_FILE

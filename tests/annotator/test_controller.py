@@ -17,7 +17,7 @@ from ballast.annotator.metrics import AnnotatorMetrics
 from ballast.annotator.prometheus import PrometheusError, Vector
 from ballast.annotator.schedule import Schedule
 from ballast.annotator.sources import NodeIndex
-from ballast.model.annotations import HOT_VALUE_KEY, format_hot_value, format_load
+from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load
 from ballast.model.load_source import ANNOTATOR_SOURCE, LOAD_SOURCE_KEY, agent_source
 from ballast.model.policy import load_policy
 from ballast.testing.parts import POLICY_FILE

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ballast.annotator.run import run
-from ballast.model.annotations import HOT_VALUE_KEY, format_load, parse_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, format_load, parse_sample
 from ballast.model.load_source import LOAD_SOURCE_KEY
 from ballast.model.policy import load_policy
 from ballast.testing.annotator import FailingPrometheus, add_node, annotations, bind_pod, node_patches, parse

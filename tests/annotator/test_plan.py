@@ -5,7 +5,7 @@ from __future__ import annotations
 from zoneinfo import ZoneInfo
 
 from ballast.annotator.plan import PatchPlanner
-from ballast.model.annotations import HOT_VALUE_KEY, format_hot_value, format_load, parse_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load, parse_sample
 
 NOW = 1_800_000_000.0
 CPU, MEM_1H = "cpu_usage_avg_5m", "mem_usage_max_avg_1h"

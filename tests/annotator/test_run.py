@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from ballast.annotator.run import run
-from ballast.model.annotations import HOT_VALUE_KEY, parse_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, parse_sample
 from ballast.testing.annotator import add_node, annotations, bind_pod, node_patches, parse
 from ballast.testing.fakekube import FakeKube
 from ballast.testing.parts import ROOT, wait_for

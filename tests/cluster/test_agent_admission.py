@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from ballast.agent.load.history import CRANE_METRICS
+from ballast.contract.annotations import HOT_VALUE_KEY
 from ballast.contract.nodeload import NODELOAD_PATH, new_object
 from ballast.kube.client import MERGE_PATCH, ApiError, Kube, load_api_client
-from ballast.model.annotations import HOT_VALUE_KEY
 from ballast.model.load_source import LOAD_ANNOTATION_KEYS, LOAD_SOURCE_KEY, MEASURED_METRICS, agent_source
 from ballast.testing.controlplane import ControlPlane, create_nodes, node_body, spawn, wait_until
 

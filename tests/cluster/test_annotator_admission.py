@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ballast.contract.annotations import HOT_VALUE_KEY
 from ballast.kube.client import ApiError, Kube
-from ballast.model.annotations import HOT_VALUE_KEY
 from ballast.model.load_source import ANNOTATOR_SOURCE, LOAD_SOURCE_KEY
 from ballast.model.policy import load_policy
 from ballast.testing.controlplane import ControlPlane, create_nodes, node_body, wait_until

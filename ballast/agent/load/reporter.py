@@ -40,9 +40,9 @@ from ballast.agent.load.history import CRANE_METRICS, WINDOW_MINUTES, LoadHistor
 from ballast.agent.load.metrics import LoadMetrics
 from ballast.agent.load.pods import NodePods
 from ballast.agent.load.sampler import Sample, Sampler
+from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load
 from ballast.contract.nodeload import NODELOAD_PATH, NodeLoadStatus, PodUsage, new_object, render_status
 from ballast.kube.client import ApiError, Kube, path_for
-from ballast.model.annotations import HOT_VALUE_KEY, format_hot_value, format_load
 from ballast.model.hot_value import hot_value_of
 from ballast.model.load_source import LOAD_SOURCE_KEY, agent_source, other_fresh_source
 from ballast.model.policy import Policy

@@ -10,7 +10,8 @@ metadata), and
   - every few iterations, asks filter, prioritize and preempt in names mode, and /nodes, /nodes/{name}
     and /explain; and sends the mutated nodes as a whole-node filter and prioritize.
 An answer must be 2xx, or a 400 with the JSON error shape for a whole-node request the scheduler could
-never send; a filter answer's ``Error`` must be empty. ``tests/test_bad_annotations.py`` runs it with few
+never send; a filter answer's ``Error`` must be empty. ``tests/extender/test_bad_annotations.py`` runs it
+with few
 iterations; the issue's 10 000 is a run of this script.
 """
 

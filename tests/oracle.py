@@ -1,5 +1,5 @@
 """filter and prioritize by their definition, node by node: the oracle the extender's verdict boards are
-checked against (``tests/test_verdicts.py``, ``tests/test_scoring.py``).
+checked against (``tests/model/test_verdicts.py``, ``tests/model/test_scoring.py``).
 
 The extender answers names-mode and whole-node requests from precomputed verdicts
 (``ballast.model.verdicts.VerdictBoard``); this computes the same answers the slow, obvious way, from the pure

@@ -217,7 +217,7 @@ def _publish_list(text: str) -> frozenset[str]:
 
 def run_agent(args: argparse.Namespace) -> int:
     """Run mode: publish the NRT and enforce cpusets until SIGTERM/SIGINT (``ballast.agent.run.run``)."""
-    from ballast.agent.run import run
+    from ballast.agent.run import run  # the API client and its dependencies load only in run mode
 
     return run(args)
 

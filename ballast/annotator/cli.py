@@ -191,6 +191,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run_annotator(args: argparse.Namespace) -> int:
-    from ballast.annotator.run import run
+    from ballast.annotator.run import run  # the API client and httpx load only when the command runs
 
     return run(args)

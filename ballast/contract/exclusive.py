@@ -5,7 +5,8 @@ scheduler's Guaranteed pods, pods created with ``nodeName``, unsealed or malform
 chooses, which no rule on the extender's side can predict; so the agent publishes what it holds per zone
 in its NRT (``ballast.contract.topology_result.EXCLUSIVE_PODS_ATTRIBUTE``), and the extender counts that, plus
 trusted results and its own bind-time assumptions for pods the NRT does not list yet. That is how the two
-never disagree about what a zone has free (``tests/test_numa_agreement.py``); this rule decides the rest.
+never disagree about what a zone has free (``tests/extender/test_numa_agreement.py``); this rule decides the
+rest.
 A pod pins CPUs only when it is Guaranteed, asks for at least
 one whole CPU and its policy is ``exclusive`` or ``immovable``; its topology result is honoured only when
 its scheduler is trusted, the result is well formed, names NUMA zones the node has and holds exactly the

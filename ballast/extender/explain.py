@@ -3,7 +3,7 @@
 Views only read the extender's state (the cache, the ledger, the policy); they never hold, remember or
 parse into shared state, so asking why a pod went somewhere cannot change where the next one goes. The
 verdicts themselves come from the same functions the verbs use (``check_node``, ``score_node``,
-``projected_load``, the NUMA fit), and ``tests/test_explain.py`` checks they agree with filter and
+``projected_load``, the NUMA fit), and ``tests/extender/test_explain.py`` checks they agree with filter and
 prioritize over the captured requests.
 """
 

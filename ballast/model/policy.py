@@ -466,7 +466,8 @@ SPEC_FIELDS = {
     "prod",
     "rebalance",
 }
-"""Every section of ``spec``; each is read by its parser above (``tests/test_policy.py`` checks both ways),
+"""Every section of ``spec``; each is read by its parser above (``tests/model/test_policy.py`` checks both
+ways),
 except ``rebalance``: accepted and kept in ``Policy.document`` for the rebalancer, which validates it
 (``ballast.model.rebalance_policy``); the extender and the annotator ignore it."""
 

@@ -89,6 +89,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run_rebalancer(args: argparse.Namespace) -> int:
-    from ballast.rebalancer.run import run
+    from ballast.rebalancer.run import run  # the API client loads only when the command runs
 
     return run(args)

@@ -39,6 +39,7 @@ from ballast.testing.binaries import (
     kubelet_path,
     openssl_path,
 )
+from ballast.testing.helm import helm_path
 
 CONTROLLERS = (
     "*,-node-lifecycle-controller,-persistentvolume-attach-detach-controller,"
@@ -528,8 +529,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "unpack":
             print(kube_bin_dir())
         else:
-            from ballast.testing.helm import helm_path
-
             check_available()
             found = (kube_bin_dir(), controller_manager_path(), kubelet_path(), etcd_path(), openssl_path(),
                      helm_path())  # fmt: skip

@@ -7,7 +7,7 @@ import threading
 
 from ballast.annotator.run import _watch_policy
 from ballast.model.policy import parse_policy
-from tests.test_policy import BASE
+from tests.model.test_policy import BASE
 
 
 class ExplodingStore:

@@ -24,8 +24,8 @@ from ballast.model.selector import parse_selector
 from ballast.model.thresholds import THRESHOLDS_ANNOTATION
 from ballast.testing.node_source import StaticSource
 from ballast.testing.parts import POLICY_FILE
+from tests.model.test_verdicts import decoded
 from tests.oracle import Oracle
-from tests.test_verdicts import decoded
 
 NOW = 1_800_000_000.0
 CRANE = load_policy(POLICY_FILE)

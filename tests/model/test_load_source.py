@@ -3,8 +3,6 @@ takes over stale or unstamped ones, and never defers to itself."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ballast.contract.annotations import format_hot_value, format_load
@@ -17,8 +15,9 @@ from ballast.model.load_source import (
     other_fresh_source,
 )
 from ballast.model.policy import load_policy
+from ballast.testing.parts import POLICY_FILE
 
-POLICY = load_policy(Path(__file__).resolve().parents[1] / "scheduler_config" / "policy.yaml")
+POLICY = load_policy(POLICY_FILE)
 NOW = 1_764_100_800.0
 AGENT = agent_source("node-a")
 

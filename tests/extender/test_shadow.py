@@ -27,7 +27,7 @@ from ballast.model.policy_store import PolicyStore
 from ballast.testing.node_source import StaticSource
 from ballast.testing.parts import POLICY_FILE, wait_for
 from tests.conftest import CAPTURE_TIME
-from tests.test_cluster import HOT, IDLE, _bind, _metric, clean, fixture_nodes, pod_obj
+from tests.extender.test_cluster import HOT, IDLE, _bind, _metric, clean, fixture_nodes, pod_obj
 
 NOW = 1_800_000_000.0
 ENFORCE = load_policy(POLICY_FILE)

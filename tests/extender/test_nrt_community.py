@@ -18,6 +18,7 @@ from ballast.extender.numa.community import (
     parse_community,
 )
 from ballast.testing.nrt_community import GI, container, guaranteed, nrt, pod, two_zones, zone
+from ballast.testing.parts import ROOT
 
 
 def topo(obj: dict[str, Any]) -> CommunityTopology:
@@ -331,13 +332,12 @@ def test_fingerprint_matches_the_reference_signature_and_ignores_order() -> None
 
 
 def test_the_api_coordinates_match_the_shipped_crd() -> None:
-    from pathlib import Path
 
     import yaml
 
     from ballast.contract.nrt import COMMUNITY_GROUP, COMMUNITY_NRT_PATH, COMMUNITY_VERSION, KIND, PLURAL
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     crd = yaml.safe_load((root / "scheduler_config" / "crd-noderesourcetopology-v1alpha2.yaml").read_text())
     spec = crd["spec"]
     assert (spec["group"], spec["names"]["plural"], spec["names"]["kind"], spec["scope"]) == (

@@ -26,9 +26,9 @@ from ballast.model.nodestate import parse_node
 from ballast.model.policy import Policy, load_policy
 from ballast.testing.parts import POLICY_FILE, wait_for
 from tests.conftest import CAPTURE_TIME, read_fixture
+from tests.extender.test_cluster import HOT, IDLE, Clock, clean, fixture_nodes
 from tests.fuzz_nodes import METRICS, STAMPS, VALUES, Harness, base_nodes
 from tests.fuzz_nodes import run as fuzz
-from tests.test_cluster import HOT, IDLE, Clock, clean, fixture_nodes
 
 STAMP = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CAPTURE_TIME))
 CPU = "cpu_usage_avg_5m"

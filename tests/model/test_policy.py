@@ -19,7 +19,7 @@ from ballast.model.policy import (
     parse_policy,
 )
 from ballast.model.pools import POOL_FIELDS
-from ballast.testing.parts import POLICY_FILE
+from ballast.testing.parts import POLICY_FILE, ROOT
 
 BASE = """
 apiVersion: scheduler.policy.crane.io/v1alpha1
@@ -178,7 +178,7 @@ def test_estimation_settings() -> None:
 
 # --- every bad file is refused the same way; every documented field is accepted ---------------------
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = ROOT
 
 
 @pytest.mark.parametrize(

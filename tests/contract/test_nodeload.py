@@ -4,7 +4,6 @@ exception; the CRD manifest's coordinates are the module's."""
 from __future__ import annotations
 
 from fractions import Fraction
-from pathlib import Path
 
 import yaml
 from hypothesis import given, settings
@@ -23,8 +22,9 @@ from ballast.contract.nodeload import (
     parse_status,
     render_status,
 )
+from ballast.testing.parts import ROOT
 
-CRD_FILE = Path(__file__).resolve().parents[1] / "scheduler_config" / "crd-nodeload.yaml"
+CRD_FILE = ROOT / "scheduler_config" / "crd-nodeload.yaml"
 
 STATUS = NodeLoadStatus(
     update_time=1_764_100_800.0,

@@ -28,7 +28,7 @@ from ballast.model.podinfo import pod_info
 from ballast.testing.fakekube import make_nrt
 from ballast.testing.parts import wait_for
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
-from tests.test_numa import N1, guaranteed, numa, zones  # noqa: F401 (numa is a fixture)
+from tests.extender.test_numa import N1, guaranteed, numa, zones  # noqa: F401 (numa is a fixture)
 
 TRUSTED = "ballast-scheduler"
 RESULT = TOPOLOGY_RESULT_ANNOTATION

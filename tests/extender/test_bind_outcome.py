@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,8 +26,9 @@ from ballast.model.nodestate import NodeLoad
 from ballast.model.podinfo import pod_info
 from ballast.model.policy import load_policy
 from ballast.model.policy_store import PolicyStore
+from ballast.testing.parts import POLICY_FILE
 
-POLICY = load_policy(Path(__file__).resolve().parents[1] / "scheduler_config" / "policy.yaml")
+POLICY = load_policy(POLICY_FILE)
 NOW = time.time()
 NODE = "n1"
 UID = "uid-web"

@@ -28,7 +28,7 @@ from ballast.testing.cri_fake import SCHEDULER, container, pod
 from ballast.testing.fakekube import make_nrt
 from ballast.testing.parts import POLICY_FILE, ROOT, wait_for
 from tests.agent.kubelet_topologies import DUAL_SOCKET_HT
-from tests.test_numa import N1, guaranteed, node, zones
+from tests.extender.test_numa import N1, guaranteed, node, zones
 
 KEY = b"k" * 32
 RESULT = [{"name": "node1", "type": "Node", "resources": {"capacity": {"cpu": "2"}}}]

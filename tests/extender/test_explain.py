@@ -20,7 +20,7 @@ from ballast.model.nodestate import NodeLoad
 from ballast.model.policy import load_policy
 from ballast.testing.parts import POLICY_FILE
 from tests.conftest import CAPTURE_TIME, fixture_files, read_fixture
-from tests.test_cluster import clean, fixture_nodes
+from tests.extender.test_cluster import clean, fixture_nodes
 
 BODIES = [p for p in fixture_files() if p.stem.split("-")[1] in ("filter", "prioritize")]
 FULL_FILES = [p for p in fixture_files("full-nodes") if p.stem.split("-")[1] in ("filter", "prioritize")]

@@ -7,11 +7,14 @@ import sys
 from collections.abc import Sequence
 
 from ballast import __version__
-from ballast.agent import cli as agent_cli
-from ballast.annotator import cli as annotator_cli
-from ballast.extender import cli as extender_cli
+from ballast.agent.cli import COMMAND as AGENT
+from ballast.annotator.cli import COMMAND as ANNOTATOR
+from ballast.extender.cli import COMMAND as EXTENDER
 from ballast.program.logs import setup_logging
-from ballast.rebalancer import cli as rebalancer_cli
+from ballast.rebalancer.cli import COMMAND as REBALANCER
+
+COMMANDS = (EXTENDER, ANNOTATOR, REBALANCER, AGENT)
+"""The programs, each declared by its own ``cli`` module on one skeleton (``ballast.program.skeleton``)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,10 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ballast {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    extender_cli.register(sub)
-    annotator_cli.register(sub)
-    rebalancer_cli.register(sub)
-    agent_cli.register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return parser
 
 

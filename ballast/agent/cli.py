@@ -1,7 +1,7 @@
 """``ballast agent``: the node agent's command line (run mode, and ``topology`` to check discovery).
 
-``register(subparsers)`` adds the ``agent`` command to the ``ballast`` parser; each handler is stored
-as ``args.func`` and returns the exit code, the convention of every ``ballast`` command (``ballast/cli.py``).
+``COMMAND`` declares the ``agent`` command to ``ballast`` (``ballast.program.skeleton``); each handler is
+stored as ``args.func`` and returns the exit code, the convention of every ``ballast`` command.
 """
 
 from __future__ import annotations
@@ -16,29 +16,18 @@ from ballast.agent.topology.model import CPUTopology, TopologyError
 from ballast.agent.topology.sysfs import read_topology
 from ballast.program.flags import (
     HelpFormatter,
-    add_common,
     add_kubeconfig,
     add_metrics_endpoint,
     add_watch_stall,
     duration,
 )
+from ballast.program.skeleton import Command
 
-__all__ = ["register", "run_agent", "show_topology", "topology_json"]
+__all__ = ["COMMAND", "show_topology", "topology_json"]
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``agent`` (and its ``topology`` subcommand) to a ``ballast`` subparsers object."""
-    agent = subparsers.add_parser(
-        "agent",
-        help="run the node agent (topology discovery, NodeResourceTopology publishing, exclusive cpusets)",
-        description="Run the Ballast node agent on one node: discover its CPU/NUMA topology, publish it as a "
-        "NodeResourceTopology, and pin exclusive cpusets. 'ballast agent topology' only prints what "
-        "discovery finds.",
-        formatter_class=HelpFormatter,
-        # Without a command the agent runs; argparse alone would print a bare "COMMAND ..." as if required.
-        usage="%(prog)s [OPTIONS]                                    run the node agent\n"
-        "       %(prog)s [OPTIONS] topology [--sysfs DIR] [--json]   print the discovered topology",
-    )
+def add_flags(agent: argparse.ArgumentParser) -> None:
+    """``ballast agent``'s own flags (the logging flags come last, from the skeleton)."""
     agent.add_argument(
         "--node-name",
         metavar="NAME",
@@ -181,9 +170,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="how often the CPU manager re-applies cpusets (pod events also trigger a pass)",
     )
     add_watch_stall(agent)
-    add_common(agent)
-    agent.set_defaults(func=run_agent)
 
+
+def add_topology(agent: argparse.ArgumentParser) -> None:
+    """``ballast agent topology``: discovery only, after the agent's own flags."""
     commands = agent.add_subparsers(dest="agent_command", metavar="COMMAND")
     topology = commands.add_parser(
         "topology",
@@ -204,7 +194,25 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     topology.add_argument("--json", action="store_true", help="print JSON instead of a table")
     topology.set_defaults(func=show_topology)
-    return agent
+
+
+COMMAND = Command(
+    name="agent",
+    help="run the node agent (topology discovery, NodeResourceTopology publishing, exclusive cpusets)",
+    description=(
+        "Run the Ballast node agent on one node: discover its CPU/NUMA topology, publish it as a "
+        "NodeResourceTopology, and pin exclusive cpusets. 'ballast agent topology' only prints what "
+        "discovery finds."
+    ),
+    # Without a command the agent runs; argparse alone would print a bare "COMMAND ..." as if required.
+    usage=(
+        "%(prog)s [OPTIONS]                                    run the node agent\n"
+        "       %(prog)s [OPTIONS] topology [--sysfs DIR] [--json]   print the discovered topology"
+    ),
+    flags=add_flags,
+    run="ballast.agent.run:run",
+    subcommands=add_topology,
+)
 
 
 def _publish_list(text: str) -> frozenset[str]:
@@ -213,13 +221,6 @@ def _publish_list(text: str) -> frozenset[str]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"expected crane, community or crane,community; got {text!r}")
     return frozenset(names)
-
-
-def run_agent(args: argparse.Namespace) -> int:
-    """Run mode: publish the NRT and enforce cpusets until SIGTERM/SIGINT (``ballast.agent.run.run``)."""
-    from ballast.agent.run import run  # the API client and its dependencies load only in run mode
-
-    return run(args)
 
 
 def topology_json(topology: CPUTopology) -> dict[str, Any]:

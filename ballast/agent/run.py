@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -45,7 +43,8 @@ from ballast.agent.topology.sysfs import read_topology
 from ballast.contract.exclusive import DEFAULT_SCHEDULERS
 from ballast.contract.seal import SealKeyError, load_key
 from ballast.kube.client import Kube, KubeConfigError, Reflector, connect
-from ballast.program.health import HealthServer, Probe
+from ballast.program.health import Probe
+from ballast.program.skeleton import HealthFailed, Signals, serve_health
 
 __all__ = ["CPUManagerSupervisor", "published_probe", "run"]
 
@@ -215,35 +214,6 @@ def cpu_manager_factory(
 # --- main loop ----------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Signals:
-    previous: dict[int, Any]
-
-    def restore(self) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-
-def _install_signal_handlers(
-    stop: threading.Event, wake: threading.Event, hangup: threading.Event | None = None
-) -> _Signals:
-    """SIGTERM and SIGINT stop the agent; SIGHUP (with ``--report-load``) reloads the policy file."""
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is not threading.main_thread():
-        return _Signals(previous)  # embedded (tests): the caller stops us through ``stop``
-    if hangup is not None:
-        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda _signum, _frame: hangup.set())
-
-    def handle(signum: int, _frame: Any) -> None:
-        log.info("%s received; shutting down", signal.Signals(signum).name)
-        stop.set()
-        wake.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        previous[signum] = signal.signal(signum, handle)
-    return _Signals(previous)
-
-
 def _wait(stop: threading.Event, wake: threading.Event, seconds: float) -> None:
     """Sleep ``seconds`` or until ``wake`` (Node labels changed) or ``stop`` is set."""
     deadline = time.monotonic() + seconds
@@ -352,18 +322,11 @@ def run(
         held=supervisor.held,
     )
     log.info("publishing NodeResourceTopology: %s", ", ".join(sorted(args.publish)))
-    server: HealthServer | None = None
-    if args.metrics_port:
-        server = HealthServer.serve(
-            args.metrics_address,
-            args.metrics_port,
-            registry,
-            ready=published_probe(publisher.ready),
-            name="agent-health",
-        )
-        if server is None:
-            kube.close()
-            return 1
+    try:
+        server = serve_health(args, registry, name="agent-health", ready=published_probe(publisher.ready))
+    except HealthFailed:
+        kube.close()
+        return 1
 
     node_watch = Reflector(
         kube,
@@ -376,38 +339,37 @@ def run(
     # ---- HOOK: the CPU manager follows the published cpuManagerPolicy (CPUManagerSupervisor) ----
     load_loop: Any = None
     hangup = threading.Event() if load_policy is not None else None
-    signals = _install_signal_handlers(stop, wake, hangup)
-    try:
-        node_watch.start()
-        node_watch.wait_synced(min(INITIAL_NODE_WAIT_SECONDS, args.resync))
-        wake.clear()  # the first list is "a change"; the publish below covers it
-        if load_policy is not None:
-            from ballast.agent.load.loop import start_load_reporting
+    with Signals(stop, hangup=hangup, wake=wake, then="shutting down", logger=log):
+        try:
+            node_watch.start()
+            node_watch.wait_synced(min(INITIAL_NODE_WAIT_SECONDS, args.resync))
+            wake.clear()  # the first list is "a change"; the publish below covers it
+            if load_policy is not None:
+                from ballast.agent.load.loop import start_load_reporting
 
-            load_loop = start_load_reporting(
-                args,
-                load_policy,
-                kube,
-                pod_watch,
-                node_name,
-                registry,
-                publisher.node,
-                lambda: _kubelet_layout(source),
-                hangup,
-            )
-        while not stop.is_set():
-            publisher.publish_once()
-            supervisor.update(publisher.published)
-            _wait(stop, wake, args.resync)
-    finally:
-        signals.restore()
-        if load_loop is not None:
-            load_loop.stop()
-        node_watch.stop()
-        supervisor.close()
-        pod_watch.stop()
-        if server is not None:
-            server.close()
-        kube.close()
+                load_loop = start_load_reporting(
+                    args,
+                    load_policy,
+                    kube,
+                    pod_watch,
+                    node_name,
+                    registry,
+                    publisher.node,
+                    lambda: _kubelet_layout(source),
+                    hangup,
+                )
+            while not stop.is_set():
+                publisher.publish_once()
+                supervisor.update(publisher.published)
+                _wait(stop, wake, args.resync)
+        finally:
+            if load_loop is not None:
+                load_loop.stop()
+            node_watch.stop()
+            supervisor.close()
+            pod_watch.stop()
+            if server is not None:
+                server.close()
+            kube.close()
     log.info("agent stopped")
     return 0

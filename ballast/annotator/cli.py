@@ -1,4 +1,5 @@
-"""``ballast annotator``: command-line flags; ``register(subparsers)`` adds the command to ``ballast``.
+"""``ballast annotator``: command-line flags; ``COMMAND`` declares it to ``ballast``
+(``ballast.program.skeleton``).
 
 The handler (``args.func``) returns the exit code: 0 done (``--once``) or clean shutdown; 1 a runtime
 failure (Prometheus unreachable at start-up, a ``--once`` cycle that could not sync everything);
@@ -10,8 +11,6 @@ from __future__ import annotations
 import argparse
 
 from ballast.program.flags import (
-    HelpFormatter,
-    add_common,
     add_kubeconfig,
     add_policy_poll,
     add_serving,
@@ -20,8 +19,9 @@ from ballast.program.flags import (
     positive_int,
 )
 from ballast.program.leader import add_leader_flags
+from ballast.program.skeleton import Command
 
-__all__ = ["register", "run_annotator"]
+__all__ = ["COMMAND", "add_flags"]
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -37,16 +37,8 @@ def _template(text: str) -> str:
     return text
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``annotator`` to a ``ballast`` subparsers object."""
-    p = subparsers.add_parser(
-        "annotator",
-        help="write node load (from Prometheus) and hot values (recent bindings) onto Node annotations",
-        description="Query Prometheus once per policy metric for all nodes, count recent pod bindings, "
-        "and write both onto Node annotations (crane-scheduler's format) with one merge patch per node, "
-        "only when something changed. Runs continuously under Lease leader election, or once with --once.",
-        formatter_class=HelpFormatter,
-    )
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """``ballast annotator``'s own flags (the logging flags come last, from the skeleton)."""
     p.add_argument(
         "--policy",
         required=True,
@@ -185,12 +177,15 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="node patches in flight at once",
     )
 
-    add_common(p)
-    p.set_defaults(func=run_annotator)
-    return p
 
-
-def run_annotator(args: argparse.Namespace) -> int:
-    from ballast.annotator.run import run  # the API client and httpx load only when the command runs
-
-    return run(args)
+COMMAND = Command(
+    name="annotator",
+    help="write node load (from Prometheus) and hot values (recent bindings) onto Node annotations",
+    description=(
+        "Query Prometheus once per policy metric for all nodes, count recent pod bindings, "
+        "and write both onto Node annotations (crane-scheduler's format) with one merge patch per node, "
+        "only when something changed. Runs continuously under Lease leader election, or once with --once."
+    ),
+    flags=add_flags,
+    run="ballast.annotator.run:run",
+)

@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import signal
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,13 +37,21 @@ from ballast.contract.annotations import HOT_VALUE_KEY
 from ballast.kube.client import Kube, KubeConfigError, Reflector
 from ballast.model.policy import Policy, PolicyError, load_policy
 from ballast.model.policy_store import PolicyStore
-from ballast.program.health import HealthServer
 from ballast.program.leader import (
     DEFAULT_NAMESPACE,
     LeaderFlagsError,
     connect_elected,
+    elect,
     elector_from_args,
     lease_namespace,
+)
+from ballast.program.skeleton import (
+    HealthFailed,
+    Heartbeat,
+    PolicyReload,
+    Signals,
+    serve_health,
+    watches_ready,
 )
 
 __all__ = ["DEFAULT_NAMESPACE", "lease_namespace", "prometheus_config", "run"]
@@ -57,6 +62,8 @@ HORIZON_SLACK_SECONDS = 60.0
 """Bindings are kept this much longer than the longest hot-value window (late cycles, clock skew)."""
 STUCK_LOOP_SECONDS = 300.0
 """/healthz fails when the main loop has not turned for this long."""
+WATCH_TICK_SECONDS = 0.25
+"""How often the policy watcher looks for SIGHUP, a stop request and a due poll."""
 
 
 def prometheus_config(args: argparse.Namespace) -> PrometheusConfig:
@@ -239,27 +246,30 @@ async def _serve(
     try:
         if not await _check_prometheus(client):
             return 1
-        if args.metrics_port:
-            server = HealthServer.serve(
-                args.metrics_address,
-                args.metrics_port,
+        try:
+            server = serve_health(
+                args,
                 metrics.registry,
+                name="annotator-health",
                 healthy=lambda: probes.healthy(),
                 ready=lambda: probes.ready(),
-                name="annotator-health",
             )
-            if server is None:
-                return 1
-        while True:
-            running = store.current
-            code = await _serve_with(args, running, client, kube, identity, stop, metrics, store, probes)
-            if stop.is_set() or store.current is running:
-                return code
-            probes.ready = lambda: (False, "restarting with a new policy")
-            log.info(
-                "restarting the annotation loop with the new policy: %s",
-                ", ".join(f"{m} every {p:g}s" for m, p in store.current.sync_periods.items()) or "no metrics",
-            )
+        except HealthFailed:
+            return 1
+        hangup = threading.Event()
+        with Signals(stop, hangup=hangup, logger=log):
+            reload = PolicyReload(store, args.policy_poll, hangup)
+            while True:
+                running = store.current
+                code = await _serve_with(args, running, client, kube, identity, stop, metrics, reload, probes)
+                if stop.is_set() or store.current is running:
+                    return code
+                probes.ready = lambda: (False, "restarting with a new policy")
+                log.info(
+                    "restarting the annotation loop with the new policy: %s",
+                    ", ".join(f"{m} every {p:g}s" for m, p in store.current.sync_periods.items())
+                    or "no metrics",
+                )
     finally:
         if server is not None:
             server.close()
@@ -276,37 +286,19 @@ class Probes:
 
 
 async def _watch_policy(
-    store: PolicyStore,
-    running: Policy,
-    poll: float,
-    stop: threading.Event,
-    loop_stop: threading.Event,
-    hangup: asyncio.Event,
+    reload: PolicyReload, running: Policy, stop: threading.Event, loop_stop: threading.Event
 ) -> None:
     """Stop this generation of the loop when asked to (``stop``) or when a policy arrives that changes
-    what the annotator does (``store.current`` then differs from ``running``). A policy that changes only
-    what the extender uses is taken without a restart; a refused one leaves everything as it is."""
-    tick = 0.25
-    waited = 0.0
+    what the annotator does (the store's policy then differs from ``running`` in what the annotator uses).
+    A policy that changes only what the extender uses is taken without a restart; a refused one leaves
+    everything as it is."""
     try:
-        while not loop_stop.is_set():
-            if stop.is_set():
-                break
-            if hangup.is_set() or (poll and waited >= poll):
-                try:
-                    changed = store.reload("SIGHUP") if hangup.is_set() else store.reload_if_changed()
-                except Exception:
-                    log.exception("policy reload failed unexpectedly; keeping the running policy")
-                    changed = False
-                hangup.clear()
-                waited = 0.0
-                if changed and _what_the_annotator_uses(store.current) != _what_the_annotator_uses(running):
+        while not loop_stop.is_set() and not stop.is_set():
+            if reload.check():
+                if _what_the_annotator_uses(reload.store.current) != _what_the_annotator_uses(running):
                     break
-                if changed:
-                    log.info("the policy change concerns only the extender: the annotator carries on")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(hangup.wait(), tick)
-            waited += tick
+                log.info("the policy change concerns only the extender: the annotator carries on")
+            await asyncio.sleep(WATCH_TICK_SECONDS)
     finally:
         # Whatever ends the watcher ends this generation, so a stop request is never lost.
         loop_stop.set()
@@ -320,7 +312,7 @@ async def _serve_with(
     identity: str,
     stop: threading.Event,
     metrics: AnnotatorMetrics,
-    store: PolicyStore,
+    reload: PolicyReload,
     probes: Probes,
 ) -> int:
     """Run the loop on ``policy`` until ``stop`` or until a policy change needs a fresh start: the
@@ -356,15 +348,7 @@ async def _serve_with(
                     stall_seconds=args.watch_stall_timeout,
                 )
             )
-    leader_elect = args.leader_elect is not False
-    elector = (
-        elector_from_args(args, kube, identity, metrics.leader, metrics.lease_transitions)
-        if leader_elect
-        else None
-    )
-    if elector is None:
-        metrics.leader.set(1)
-        log.warning("leader election is off: run exactly one annotator replica")
+    elector = elect(args, kube, identity, metrics, "annotator", log)
 
     def synced() -> bool:
         return all(r.synced.is_set() for r in reflectors)
@@ -372,39 +356,21 @@ async def _serve_with(
     def may_write() -> bool:
         return not stop.is_set() and not loop_stop.is_set() and (elector is None or elector.is_leader())
 
-    beat = [time.monotonic()]
-
-    def healthy() -> tuple[bool, str]:
-        age = time.monotonic() - beat[0]
-        if age > STUCK_LOOP_SECONDS:
-            return False, f"the annotation loop has not run for {age:.0f}s"
-        return True, "ok"
+    heartbeat = Heartbeat("annotation loop", lambda: STUCK_LOOP_SECONDS)
 
     def ready() -> tuple[bool, str]:
-        waiting = [r.name for r in reflectors if not r.synced.is_set()]
-        if waiting:
-            return False, "waiting for the first list of " + ", ".join(waiting)
-        if store.failure is not None:
-            return False, f"policy reload refused, still running the previous policy: {store.failure.error}"
+        if (waiting := watches_ready(reflectors, reload.store)) is not None:
+            return waiting
         stalled = [p for r in reflectors if (r.stalled or not r.failing) and (p := r.problem())]
         if stalled:
             return False, "; ".join(stalled)
         return True, "ok"
 
-    probes.healthy, probes.ready = healthy, ready
+    probes.healthy, probes.ready = heartbeat.healthy, ready
 
     annotator = _annotator(args, policy, client, index, kube, records, metrics, may_write)
     schedule = Schedule(policy.sync_periods, args.hot_value_interval)
-    loop = asyncio.get_running_loop()
-    hangup = asyncio.Event()
-    handled: list[int] = []
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, _on_signal, signum, stop)
-            handled.append(signum)
-        loop.add_signal_handler(signal.SIGHUP, hangup.set)
-        handled.append(signal.SIGHUP)
-    watcher = asyncio.create_task(_watch_policy(store, policy, args.policy_poll, stop, loop_stop, hangup))
+    watcher = asyncio.create_task(_watch_policy(reload, policy, stop, loop_stop))
     try:
         for r in reflectors:
             r.start()
@@ -423,13 +389,11 @@ async def _serve_with(
             schedule,
             stop=loop_stop,
             is_leader=lambda: synced() and may_write(),
-            heartbeat=lambda: beat.__setitem__(0, time.monotonic()),
+            heartbeat=heartbeat.beat,
         )
     finally:
         loop_stop.set()
         await watcher
-        for signum in handled:
-            loop.remove_signal_handler(signum)
         if elector is not None:
             await asyncio.to_thread(elector.stop)  # stops writing, then releases the Lease
         for r in reflectors:
@@ -437,8 +401,3 @@ async def _serve_with(
         annotator.close()
     log.info("annotator stopped" if stop.is_set() else "annotation loop stopped for the new policy")
     return 0
-
-
-def _on_signal(signum: int, stop: threading.Event) -> None:
-    log.info("%s received; stepping down", signal.Signals(signum).name)
-    stop.set()

@@ -1,5 +1,5 @@
-"""``ballast extender``: the extender's command line; ``register(subparsers)`` adds it to ``ballast``
-(``ballast/cli.py``), and its handler (``args.func``) returns the exit code."""
+"""``ballast extender``: the extender's command line; ``COMMAND`` declares it to ``ballast``
+(``ballast.program.skeleton``), and its handler (``args.func``) returns the exit code."""
 
 from __future__ import annotations
 
@@ -17,21 +17,14 @@ from ballast.extender.api.body import (
 )
 from ballast.extender.connections import DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_MAX_CONNECTIONS
 from ballast.model.policy import PolicyError, load_policy
-from ballast.program.flags import HelpFormatter, add_common, add_watch_stall, positive_seconds, seconds
+from ballast.program.flags import add_watch_stall, positive_seconds, seconds
+from ballast.program.skeleton import Command
 
 log = logging.getLogger("ballast")
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``extender`` to a ``ballast`` subparsers object."""
-    p = sub.add_parser(
-        "extender",
-        help="run the scheduler extender (filter, prioritize, bind, preempt) that kube-scheduler calls",
-        description="Serve kube-scheduler's extender verbs over HTTP. Without cluster access every "
-        "NodeNames-only request passes unscored; give --kubeconfig (or run in a cluster) to serve "
-        "nodeCacheCapable: true and bind.",
-        formatter_class=HelpFormatter,
-    )
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """``ballast extender``'s own flags (the logging flags come last, from the skeleton)."""
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8888, help="port to listen on")
     p.add_argument(
@@ -147,9 +140,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a request body must arrive within this time, else 408 and the connection is closed",
     )
-    add_common(p)
-    p.set_defaults(func=run_extender)
-    return p
 
 
 def run_extender(args: argparse.Namespace) -> int:
@@ -259,3 +249,16 @@ def _listening_server(config: Any, policy_path: str) -> Any:
                     )
 
     return Server(config)
+
+
+COMMAND = Command(
+    name="extender",
+    help="run the scheduler extender (filter, prioritize, bind, preempt) that kube-scheduler calls",
+    description=(
+        "Serve kube-scheduler's extender verbs over HTTP. Without cluster access every "
+        "NodeNames-only request passes unscored; give --kubeconfig (or run in a cluster) to serve "
+        "nodeCacheCapable: true and bind."
+    ),
+    flags=add_flags,
+    run="ballast.extender.cli:run_extender",
+)

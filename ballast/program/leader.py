@@ -454,3 +454,20 @@ def elector_from_args(
         retry_period=args.retry_period,
         on_change=changed,
     )
+
+
+def elect(
+    args: argparse.Namespace,
+    kube: Kube,
+    identity: str,
+    metrics: Any,
+    program: str,
+    logger: logging.Logger = log,
+) -> LeaderElector | None:
+    """The elector of a running (not ``--once``) program: on unless ``--no-leader-elect``. Without it the
+    leader gauge of ``metrics`` says 1 at once and a warning says to run one replica of ``program``."""
+    if args.leader_elect is False:
+        metrics.leader.set(1)
+        logger.warning("leader election is off: run exactly one %s replica", program)
+        return None
+    return elector_from_args(args, kube, identity, metrics.leader, metrics.lease_transitions)

@@ -1,4 +1,5 @@
-"""``ballast rebalancer``: command-line flags; ``register(subparsers)`` adds the command to ``ballast``.
+"""``ballast rebalancer``: command-line flags; ``COMMAND`` declares it to ``ballast``
+(``ballast.program.skeleton``).
 
 The handler returns the exit code: 0 done (``--once``) or clean shutdown; 1 a runtime failure (the API
 server could not be listed in ``--once``, an eviction call failed); 2 a configuration problem (policy,
@@ -10,29 +11,19 @@ from __future__ import annotations
 import argparse
 
 from ballast.program.flags import (
-    HelpFormatter,
-    add_common,
     add_kubeconfig,
     add_policy_poll,
     add_serving,
     duration,
 )
 from ballast.program.leader import add_leader_flags
+from ballast.program.skeleton import Command
 
-__all__ = ["register", "run_rebalancer"]
+__all__ = ["COMMAND", "add_flags"]
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``rebalancer`` to a ``ballast`` subparsers object."""
-    p = subparsers.add_parser(
-        "rebalancer",
-        help="evict pods from nodes that stay hot, where the extender's rules place them on a cool node",
-        description="Every --interval, read the nodes' load annotations (the extender's freshness rules); "
-        "on a node hot for spec.rebalance.consecutiveAbnormal cycles, evict pods through the Eviction API "
-        "(PodDisruptionBudgets hold) while a cool node would take them, within the limits. Runs "
-        "continuously under Lease leader election, or once with --once.",
-        formatter_class=HelpFormatter,
-    )
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """``ballast rebalancer``'s own flags (the logging flags come last, from the skeleton)."""
     p.add_argument(
         "--policy",
         required=True,
@@ -83,12 +74,16 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         relists="nodes and pods",
     )
 
-    add_common(p)
-    p.set_defaults(func=run_rebalancer)
-    return p
 
-
-def run_rebalancer(args: argparse.Namespace) -> int:
-    from ballast.rebalancer.run import run  # the API client loads only when the command runs
-
-    return run(args)
+COMMAND = Command(
+    name="rebalancer",
+    help="evict pods from nodes that stay hot, where the extender's rules place them on a cool node",
+    description=(
+        "Every --interval, read the nodes' load annotations (the extender's freshness rules); "
+        "on a node hot for spec.rebalance.consecutiveAbnormal cycles, evict pods through the Eviction API "
+        "(PodDisruptionBudgets hold) while a cool node would take them, within the limits. Runs "
+        "continuously under Lease leader election, or once with --once."
+    ),
+    flags=add_flags,
+    run="ballast.rebalancer.run:run",
+)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import signal
 import sys
 import threading
 import time
@@ -41,8 +40,15 @@ from ballast.kube.client import ApiError, Kube, KubeConfigError, Reflector
 from ballast.model.policy import Policy, PolicyError, load_policy
 from ballast.model.policy_store import PolicyStore
 from ballast.model.rebalance_policy import RebalanceSettings, rebalance_settings
-from ballast.program.health import HealthServer
-from ballast.program.leader import LeaderFlagsError, connect_elected, elector_from_args
+from ballast.program.leader import LeaderFlagsError, connect_elected, elect, elector_from_args
+from ballast.program.skeleton import (
+    HealthFailed,
+    Heartbeat,
+    PolicyReload,
+    Signals,
+    serve_health,
+    watches_ready,
+)
 from ballast.rebalancer.cache import NodeCache, PodCache
 from ballast.rebalancer.classify import Tracker
 from ballast.rebalancer.evictor import COMPONENT, ERROR, EVICTED, NOT_ATTEMPTED, THROTTLED, UNKNOWN, Evictor
@@ -460,14 +466,7 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
     loads = Reflector(
         kube, NODELOAD_PATH, measured, name="nodeloads", resync_seconds=args.resync, optional=True
     )
-    elector = (
-        elector_from_args(args, kube, identity, metrics.leader, metrics.lease_transitions)
-        if args.leader_elect is not False
-        else None
-    )
-    if elector is None:
-        metrics.leader.set(1)
-        log.warning("leader election is off: run exactly one rebalancer replica")
+    elector = elect(args, kube, identity, metrics, "rebalancer", log)
 
     def blocked() -> str | None:
         if not loads.synced.is_set():
@@ -490,20 +489,11 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
         term=(lambda: elector.term) if elector is not None else (lambda: 0),
         events=_events(kube), sleep=stop.wait, event_ttl=args.event_ttl,
     )  # fmt: skip
-    beat = [time.monotonic()]
-
-    def healthy() -> tuple[bool, str]:
-        age = time.monotonic() - beat[0]
-        if age > max(STUCK_CYCLES * args.interval, 300.0):
-            return False, f"the rebalancing loop has not run for {age:.0f}s"
-        return True, "ok"
+    heartbeat = Heartbeat("rebalancing loop", lambda: max(STUCK_CYCLES * args.interval, 300.0))
 
     def ready() -> tuple[bool, str]:
-        waiting = [r.name for r in (*reflectors, loads) if not r.synced.is_set()]
-        if waiting:
-            return False, "waiting for the first list of " + ", ".join(waiting)
-        if store.failure is not None:
-            return False, f"policy reload refused, still running the previous policy: {store.failure.error}"
+        if (waiting := watches_ready((*reflectors, loads), store)) is not None:
+            return waiting
         if rebalancer.settings() is None:
             return True, f"ok: {IDLE}"
         if rebalancer.warnings:
@@ -514,38 +504,44 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
         extra = {"leader": elector.is_leader() if elector is not None else True, "identity": identity}
         return orjson.dumps(rebalancer.view(extra), option=orjson.OPT_INDENT_2)
 
-    server = None
-    if args.metrics_port:
-        server = HealthServer.serve(
-            args.metrics_address, args.metrics_port, metrics.registry, healthy=healthy, ready=ready,
-            name="rebalancer-health", pages={"/rebalance": page},
-        )  # fmt: skip
-        if server is None:
-            return 1
-    hangup = threading.Event()
-    handled = []
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            handled.append((signum, signal.signal(signum, lambda s, f: _on_signal(s, stop))))
-        handled.append((signal.SIGHUP, signal.signal(signal.SIGHUP, lambda s, f: hangup.set())))
     try:
-        for r in (*reflectors, loads):
-            r.start()
-        if elector is not None:
-            elector.start()
-        current = rebalancer.settings()
-        log.info(
-            "ballast rebalancer %s: every %gs%s, as %s; %s",
-            __version__,
-            args.interval,
-            " (dry run: no eviction is called)" if args.dry_run else "",
-            identity,
-            ", ".join(f"{t.name} high {t.high} low {t.low}" for t in current.thresholds) if current else IDLE,
-        )
-        _loop(args, store, rebalancer, stop, hangup, may_act, metrics, beat)
+        server = serve_health(
+            args, metrics.registry, name="rebalancer-health", ready=ready, healthy=heartbeat.healthy,
+            pages={"/rebalance": page},
+        )  # fmt: skip
+    except HealthFailed:
+        return 1
+    hangup = threading.Event()
+    try:
+        with Signals(stop, hangup=hangup, logger=log):
+            for r in (*reflectors, loads):
+                r.start()
+            if elector is not None:
+                elector.start()
+            current = rebalancer.settings()
+            limits = (
+                ", ".join(f"{t.name} high {t.high} low {t.low}" for t in current.thresholds)
+                if current
+                else IDLE
+            )
+            log.info(
+                "ballast rebalancer %s: every %gs%s, as %s; %s",
+                __version__,
+                args.interval,
+                " (dry run: no eviction is called)" if args.dry_run else "",
+                identity,
+                limits,
+            )
+            _loop(
+                args,
+                PolicyReload(store, args.policy_poll, hangup),
+                rebalancer,
+                stop,
+                may_act,
+                metrics,
+                heartbeat,
+            )
     finally:
-        for signum, previous in handled:
-            signal.signal(signum, previous)
         if elector is not None:
             elector.stop()
         for r in (*reflectors, loads):
@@ -558,30 +554,19 @@ def _serve(args: argparse.Namespace, policy: Policy, kube: Kube, identity: str, 
 
 def _loop(
     args: argparse.Namespace,
-    store: PolicyStore,
+    reload: PolicyReload,
     rebalancer: Rebalancer,
     stop: threading.Event,
-    hangup: threading.Event,
     may_act: Callable[[], bool],
     metrics: RebalancerMetrics,
-    beat: list[float],
+    heartbeat: Heartbeat,
 ) -> None:
     tick = 0.25
     next_cycle = time.monotonic()
-    next_poll = time.monotonic() + (args.policy_poll or float("inf"))
     while not stop.is_set():
         now = time.monotonic()
-        beat[0] = now
-        if hangup.is_set() or now >= next_poll:
-            try:
-                if hangup.is_set():
-                    store.reload("SIGHUP")
-                else:
-                    store.reload_if_changed()
-            except Exception:
-                log.exception("policy reload failed unexpectedly; keeping the running policy")
-            hangup.clear()
-            next_poll = now + (args.policy_poll or float("inf"))
+        heartbeat.beat()
+        reload.check(now)
         if now >= next_cycle:
             next_cycle = now + args.interval
             if may_act():
@@ -594,8 +579,3 @@ def _loop(
                 metrics.cycles.labels("standby").inc()
                 rebalancer.last_note = "standby: another replica holds the lease"
         stop.wait(min(tick, max(0.0, next_cycle - time.monotonic())))
-
-
-def _on_signal(signum: int, stop: threading.Event) -> None:
-    log.info("%s received; stepping down", signal.Signals(signum).name)
-    stop.set()

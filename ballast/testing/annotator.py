@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
 
-from ballast.annotator.cli import register
+from ballast.annotator.cli import COMMAND
 from ballast.testing.fakekube import FakeKube, make_node, make_pod
 
 
@@ -20,7 +20,7 @@ def parse(*argv: str) -> argparse.Namespace:
     """``ballast annotator ARGV`` parsed by the real parser (registered on a parser of our own)."""
     parser = argparse.ArgumentParser(prog="ballast")
     sub = parser.add_subparsers(dest="command")
-    register(sub)
+    COMMAND.register(sub)
     return parser.parse_args(["annotator", *argv])
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast.agent.cli import register, run_agent, show_topology
+from ballast.agent.cli import COMMAND, show_topology
 from tests.agent.sysfs_fixtures import NO_NODE_DIR, TWO_SOCKETS_HT, write_sysfs
 
 GiB = 2**30
@@ -16,7 +16,7 @@ GiB = 2**30
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ballast")
-    register(p.add_subparsers(dest="command", required=True))
+    COMMAND.register(p.add_subparsers(dest="command", required=True))
     return p
 
 
@@ -88,7 +88,7 @@ def test_run_mode_parses_its_flags() -> None:
             "1m",
         ]
     )
-    assert args.func is run_agent
+    assert args.func == COMMAND.start
     assert (args.node_name, args.kubeconfig, args.kubelet_config, args.resync) == (
         "worker-1",
         "kc",

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from ballast.agent.cli import register, run_agent
+from ballast.agent.cli import COMMAND
 from ballast.agent.nrt.crane import CPU_MANAGER_DISABLED_ATTRIBUTE
 from ballast.agent.run import NODE_NAME_MISSING, published_probe, run
 from ballast.contract.topology_result import AWARENESS_KEY
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ballast")
-    register(p.add_subparsers(dest="command", required=True))
+    COMMAND.register(p.add_subparsers(dest="command", required=True))
     return p.parse_args(["agent", *argv])
 
 
@@ -245,7 +245,7 @@ def test_without_a_node_name_exit_2_with_the_reason(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.delenv("NODE_NAME", raising=False)
-    assert run_agent(agent_args(node_env, node=None)) == 2
+    assert COMMAND.start(agent_args(node_env, node=None)) == 2
     err = capsys.readouterr().err
     assert err.strip() == NODE_NAME_MISSING
     assert "--node-name is required" in err and "NODE_NAME" in err and "spec.nodeName" in err

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ballast.annotator.cli import register
+from ballast.annotator.cli import COMMAND
 from ballast.annotator.run import DEFAULT_NAMESPACE, lease_namespace, run
 from ballast.contract.annotations import HOT_VALUE_KEY
 from ballast.testing.annotator import FailingPrometheus, add_node, annotations, bind_pod, parse, stamp
@@ -19,7 +19,7 @@ from ballast.testing.parts import POLICY_FILE
 
 def subparser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    return register(parser.add_subparsers())
+    return COMMAND.register(parser.add_subparsers())
 
 
 def test_every_flag_has_help() -> None:

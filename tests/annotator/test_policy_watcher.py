@@ -7,6 +7,7 @@ import threading
 
 from ballast.annotator.run import _watch_policy
 from ballast.model.policy import parse_policy
+from ballast.program.skeleton import PolicyReload
 from tests.model.test_policy import BASE
 
 
@@ -28,10 +29,10 @@ class ExplodingStore:
 def test_watcher_survives_a_failing_reload_and_still_carries_stop() -> None:
     async def scenario() -> tuple[int, bool]:
         store = ExplodingStore()
-        stop, loop_stop = threading.Event(), threading.Event()
-        hangup = asyncio.Event()
+        stop, loop_stop, hangup = threading.Event(), threading.Event(), threading.Event()
         hangup.set()
-        task = asyncio.create_task(_watch_policy(store, store.current, 0.25, stop, loop_stop, hangup))
+        reload = PolicyReload(store, 0.25, hangup)
+        task = asyncio.create_task(_watch_policy(reload, store.current, stop, loop_stop))
         for _ in range(400):  # until it has failed a few times (poll every 0.25 s)
             if store.calls >= 3 or task.done():
                 break

@@ -20,7 +20,7 @@ import yaml
 from ballast.cli import main
 from ballast.kube.client import ApiError
 from ballast.rebalancer.cache import NodeCache, PodCache
-from ballast.rebalancer.cli import register
+from ballast.rebalancer.cli import COMMAND
 from ballast.rebalancer.evictor import Evictor
 from ballast.rebalancer.metrics import RebalancerMetrics
 from ballast.rebalancer.run import Rebalancer, run
@@ -32,7 +32,7 @@ from tests.rebalancer.helpers import BASE, NOW, node, pod, policy
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ballast")
-    register(parser.add_subparsers(dest="command"))
+    COMMAND.register(parser.add_subparsers(dest="command"))
     return parser.parse_args(["rebalancer", *argv])
 
 

@@ -33,6 +33,7 @@ from ballast.agent.pod_watch import NodePodWatch
 from ballast.kube.client import Kube
 from ballast.model.policy import Policy, PolicyError, load_policy
 from ballast.model.policy_store import PolicyStore
+from ballast.program.skeleton import PolicyReload
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -96,8 +97,8 @@ class LoadLoop:
         self.store = store
         self.reflector = reflector
         self.interval = interval
-        self.hangup = hangup or threading.Event()
-        """Set by SIGHUP: the policy file is read again on the next tick."""
+        self.reload = PolicyReload(store, None, hangup or threading.Event())
+        """Before each tick: the policy file read again on SIGHUP or when it changed."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="load-reporter", daemon=True)
 
@@ -109,12 +110,8 @@ class LoadLoop:
         self.reflector.wait_synced(FIRST_LIST_WAIT_SECONDS)
         next_tick = time.monotonic()
         while not self._stop.is_set():
+            self.reload.check()
             try:
-                if self.hangup.is_set():
-                    self.hangup.clear()
-                    self.store.reload("SIGHUP")
-                else:
-                    self.store.reload_if_changed()
                 self.reporter.tick()
             except Exception:
                 log.exception("load report failed unexpectedly; retrying on the next tick")

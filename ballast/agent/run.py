@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -43,8 +43,9 @@ from ballast.agent.topology.sysfs import read_topology
 from ballast.contract.exclusive import DEFAULT_SCHEDULERS
 from ballast.contract.seal import SealKeyError, load_key
 from ballast.kube.client import Kube, KubeConfigError, Reflector, connect
+from ballast.model.policy import Policy
 from ballast.program.health import Probe
-from ballast.program.skeleton import HealthFailed, Signals, serve_health
+from ballast.program.skeleton import HealthFailed, Refused, Signals, serve_health
 
 __all__ = ["CPUManagerSupervisor", "published_probe", "run"]
 
@@ -241,34 +242,32 @@ def describe_topology(topology: CPUTopology) -> str:
     )
 
 
-def run(
-    args: argparse.Namespace,
-    *,
-    stop: threading.Event | None = None,
-    runtime_factory: Callable[[], Any] | None = None,
-) -> int:
-    """Run the agent until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
+@dataclass(frozen=True)
+class AgentConfig:
+    """What the flags name, checked before any API call."""
 
-    2: no node name, no usable cluster configuration, or ``--report-load`` flags that cannot work;
-    1: topology discovery failed or the metrics port cannot be bound; 0: clean shutdown.
-    """
+    node_name: str
+    topology: CPUTopology
+    load_policy: Policy | None
+    """The policy of ``--report-load``; ``None`` without it."""
+
+
+def configure(args: argparse.Namespace) -> AgentConfig:
+    """The agent's configuration from its flags, or ``Refused`` saying what to fix. Sets
+    ``args.result_key`` (the seal key of ``--result-key-file``, ``None`` without one)."""
     node_name = args.node_name or os.environ.get("NODE_NAME", "")
     if not node_name:
-        print(NODE_NAME_MISSING, file=sys.stderr)
-        return 2
+        raise Refused(NODE_NAME_MISSING, usage=True)
     try:
         topology = read_topology(args.sysfs)
     except TopologyError as e:
-        log.error("topology discovery failed: %s", e)
-        return 1
+        raise Refused(f"topology discovery failed: {e}", code=1) from None
     log.info("node %s: %s", node_name, describe_topology(topology))
     try:
-        result_key = load_key(args.result_key_file) if getattr(args, "result_key_file", None) else None
+        args.result_key = load_key(args.result_key_file) if getattr(args, "result_key_file", None) else None
     except SealKeyError as e:
-        log.error("%s", e)
-        return 2
-    args.result_key = result_key
-    if result_key is None:
+        raise Refused(str(e)) from None
+    if args.result_key is None:
         log.warning(
             "no --result-key-file: topology results are trusted by schedulerName alone, which whoever may "
             "create pods can set (see the operator's guide, What the agent trusts)"
@@ -280,14 +279,42 @@ def run(
         try:
             load_policy = check_load_flags(args)
         except LoadSetupError as e:
-            log.error("%s", e)
-            return 2
+            raise Refused(str(e)) from None
+    return AgentConfig(node_name, topology, load_policy)
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    stop: threading.Event | None = None,
+    runtime_factory: Callable[[], Any] | None = None,
+) -> int:
+    """Run the agent until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
+
+    2: no node name, no usable cluster configuration, or ``--report-load`` flags that cannot work;
+    1: topology discovery failed or the metrics port cannot be bound; 0: clean shutdown.
+    """
     try:
+        config = configure(args)
         kube = connect(args.kubeconfig, f"ballast-agent/{__version__}")
+    except Refused as e:
+        return e.report(log)
     except KubeConfigError as e:
         log.error("%s", e)
         return 2
+    return _serve(args, config, kube, stop or threading.Event(), runtime_factory)
 
+
+def _serve(
+    args: argparse.Namespace,
+    config: AgentConfig,
+    kube: Kube,
+    stop: threading.Event,
+    runtime_factory: Callable[[], Any] | None,
+) -> int:
+    """Publish, pin and measure until ``stop``: the watches, the CPU manager, the load loop and the health
+    endpoint, all stopped on the way out."""
+    node_name, topology, load_policy = config.node_name, config.topology, config.load_policy
     registry = CollectorRegistry()
     metrics = PublisherMetrics(registry)
     source: KubeletSource
@@ -297,7 +324,6 @@ def run(
         source = KubeletConfigFile(args.kubelet_config, metrics)
     log.info("kubelet settings from %s", source.description)
     enabled = args.cpu_manager == "on"
-    stop = stop or threading.Event()
     wake = threading.Event()
     # One watch on this node's pods for the CPU manager and the load reporter (ballast.agent.pod_watch).
     pod_watch = NodePodWatch(

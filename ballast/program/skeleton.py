@@ -20,6 +20,7 @@ import argparse
 import importlib
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -37,6 +38,7 @@ __all__ = [
     "HealthFailed",
     "Heartbeat",
     "PolicyReload",
+    "Refused",
     "Signals",
     "serve_health",
     "watches_ready",
@@ -185,6 +187,26 @@ class Heartbeat:
         if age > self.limit():
             return False, f"the {self.what} has not run for {age:.0f}s"
         return True, "ok"
+
+
+class Refused(Exception):
+    """Start-up cannot go on: the message says what to fix; ``code`` is the exit code (2: the flags or the
+    files they name cannot work, checked before any API call; 1: something the program needs at start
+    failed, such as reading the node's topology)."""
+
+    def __init__(self, message: str, code: int = 2, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.usage = usage
+        """A usage error (a flag missing), printed as it is, as argparse prints its own; else logged."""
+
+    def report(self, logger: logging.Logger) -> int:
+        """Say what to fix; returns the exit code."""
+        if self.usage:
+            print(self, file=sys.stderr)
+        else:
+            logger.error("%s", self)
+        return self.code
 
 
 class HealthFailed(RuntimeError):

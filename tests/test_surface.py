@@ -1,5 +1,6 @@
 """The public surface does not drift by accident: every command's ``--help`` (flags, defaults, help text),
-the name and type of every metric each program exports, and the extender's OpenAPI document are compared
+the name and type of every metric each program exports (and of every family the extender's ``/metrics``
+serves), and the extender's OpenAPI document are compared
 with the copies in ``tests/fixtures/surface/``. A deliberate change updates the copy in the same commit:
 ``.venv/bin/python -m tests.test_surface --write`` writes them anew."""
 
@@ -13,7 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from ballast.agent.cpumanager.metrics import CPUManagerMetrics
 from ballast.agent.load.metrics import LoadMetrics
@@ -68,6 +71,13 @@ def metric_names() -> dict[str, list[str]]:
     }
 
 
+def extender_scrape() -> list[str]:
+    """The metric families the extender's own ``/metrics`` serves, as a scraper reads them."""
+    with TestClient(create_app(load_policy(POLICY_FILE))) as client:
+        text = client.get("/metrics").text
+    return sorted({f"{family.name} {family.type}" for family in text_string_to_metric_families(text)})
+
+
 def openapi() -> dict:
     """The OpenAPI document, with the examples' stamps (made at start, to be fresh) as one placeholder."""
     text = json.dumps(create_app(load_policy(POLICY_FILE)).openapi())
@@ -78,6 +88,7 @@ def current() -> dict[str, str]:
     """File name in ``SURFACE`` -> its content now."""
     files = {f"help-{'-'.join(c) or 'ballast'}.txt": help_text(c) for c in COMMANDS}
     files["metrics.json"] = json.dumps(metric_names(), indent=1, sort_keys=True) + "\n"
+    files["extender-scrape.json"] = json.dumps(extender_scrape(), indent=1) + "\n"
     files["openapi.json"] = json.dumps(openapi(), indent=1, sort_keys=True) + "\n"
     return files
 
@@ -94,6 +105,12 @@ def test_every_command_s_help_is_unchanged(surface: dict[str, str], name: str) -
 
 def test_every_metric_name_and_type_is_unchanged(surface: dict[str, str]) -> None:
     assert json.loads(surface["metrics.json"]) == json.loads((SURFACE / "metrics.json").read_text())
+
+
+def test_the_extender_s_metrics_endpoint_serves_the_same_families(surface: dict[str, str]) -> None:
+    assert json.loads(surface["extender-scrape.json"]) == json.loads(
+        (SURFACE / "extender-scrape.json").read_text()
+    )
 
 
 def test_the_openapi_document_is_unchanged(surface: dict[str, str]) -> None:

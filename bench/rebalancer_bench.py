@@ -34,49 +34,15 @@ import random
 import time
 from typing import Any
 
-import yaml
-
 from ballast.contract.annotations import format_load
 from ballast.model.policy import parse_policy
 from ballast.rebalancer.cache import NodeCache, PodCache
 from ballast.rebalancer.evictor import Evictor
 from ballast.rebalancer.metrics import RebalancerMetrics
 from ballast.rebalancer.run import Rebalancer
-from ballast.testing.parts import POLICY_FILE
+from bench.rebalancer_cluster import CountingKube, policy_text
 
 NOW = time.time()
-
-
-class CountingKube:
-    """Answers every call with success and counts it by kind."""
-
-    def __init__(self) -> None:
-        self.calls: dict[str, int] = {}
-
-    def _count(self, kind: str) -> None:
-        self.calls[kind] = self.calls.get(kind, 0) + 1
-
-    def create(self, path: str, body: Any) -> dict[str, Any]:
-        self._count("eviction" if path.endswith("/eviction") else "event")
-        return {}
-
-    def get(self, path: str, query: Any = None) -> dict[str, Any]:
-        self._count("get")
-        return {}
-
-    def list_all(self, path: str, params: Any = None, page: int = 500) -> tuple[list, str]:
-        self._count("list")
-        return [], ""
-
-
-def policy_text(per_cycle: int) -> str:
-    doc = yaml.safe_load(POLICY_FILE.read_text())
-    doc["spec"]["rebalance"] = {
-        "thresholds": [{"name": "cpu_usage_avg_5m", "high": 0.80, "low": 0.45}],
-        "consecutiveAbnormal": 1,
-        "limits": {"perCycle": per_cycle, "perNamespace": per_cycle, "perNode": 2},
-    }
-    return yaml.safe_dump(doc)
 
 
 def cluster(nodes: int, per_node: int, seed: int = 7) -> tuple[list[dict], list[dict]]:

@@ -35,7 +35,7 @@ from ballast.rebalancer.cache import NodeCache, PodCache
 from ballast.rebalancer.evictor import Evictor
 from ballast.rebalancer.metrics import RebalancerMetrics
 from ballast.rebalancer.run import Rebalancer
-from bench.rebalancer_bench import CountingKube, policy_text
+from bench.rebalancer_cluster import CountingKube, policy_text
 
 NOW = time.time()
 STAMP = "2026-11-20T08:00:00Z"

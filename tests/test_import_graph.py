@@ -64,21 +64,10 @@ def _resolve(name: str, modules: Mapping[str, Path]) -> str | None:
     return None
 
 
-def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node at any depth but under ``if TYPE_CHECKING:``: those imports serve annotations and load
-    nothing (the fake API server's request handler names the fake that owns it that way)."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            yield from (n for child in node.orelse for n in (child, *_nodes(child)))
-            continue
-        yield node
-        yield from _nodes(node)
-
-
 def imports_of(module: str, path: Path, modules: Mapping[str, Path]) -> Iterator[tuple[str, int]]:
     """``(imported project module, line)`` for every import in the file, at any depth."""
     is_package = path.name == "__init__.py"
-    for node in _nodes(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 target = _resolve(alias.name, modules)

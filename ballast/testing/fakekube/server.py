@@ -16,14 +16,30 @@ import traceback
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import errors
 from .errors import ApiError
 from .resources import ResourceType
+from .store import Store
 
-if TYPE_CHECKING:
-    from .fake import FakeKube
+
+class Backend(Protocol):
+    """What the HTTP front end asks of the fake that owns it (``FakeKube``): the store, the failures to
+    inject, the request log, and the answers that are not objects of the store."""
+
+    store: Store
+    _bugs: list[str]
+
+    def _injected(self, method: str, path: str, watch: bool) -> ApiError | None: ...
+
+    def _configz_for(self, node: str, subresource: str) -> Any: ...
+
+    def _record(self, record: RecordedRequest) -> None: ...
+
+    def _track_connection(self, conn: socket.socket, *, add: bool) -> None: ...
+
+    def _discovery(self, parts: tuple[str, ...]) -> dict: ...
 
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
@@ -81,7 +97,7 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], fake: FakeKube) -> None:
+    def __init__(self, address: tuple[str, int], fake: Backend) -> None:
         self.fake = fake
         super().__init__(address, Handler)
 

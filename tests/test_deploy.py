@@ -568,8 +568,8 @@ def test_the_crd_and_the_prometheus_rule_are_not_copied_here() -> None:
     assert "kubectl apply -f scheduler_config/crd-noderesourcetopology.yaml" in docs
     assert "kubectl apply -k scheduler_config/deploy" in docs
     assert crd["spec"]["group"] == "topology.crane.io"
-    if (SCHEDULER_CONFIG / "prometheus-rule.yaml").exists():
-        assert "kubectl apply -f scheduler_config/prometheus-rule.yaml" in docs
+    if (SCHEDULER_CONFIG / "recording-rules-prometheusrule.yaml").exists():
+        assert "kubectl apply -f scheduler_config/recording-rules-prometheusrule.yaml" in docs
 
 
 def test_images_are_pinned() -> None:

@@ -2,9 +2,9 @@
 # Ballast image. The entry point is `ballast`: run `ballast extender`, `ballast annotator` or
 # `ballast agent` (manifests: scheduler_config/deploy/). Without arguments it serves the extender with the
 # bundled policy on 127.0.0.1 only: the extender has no authentication and /bind acts with the cluster
-# identity it is given, so it must not listen on the network by default (docs/operators.md, "Security
-# model"). For a local try-out, `docker run --network host ballast` or pass `extender --host 0.0.0.0 ...`
-# explicitly. The Kubernetes manifests pass their own arguments.
+# identity it is given, so it must not listen on the network by default (docs/security.md, "Who may
+# call the extender"). For a local try-out, `docker run --network host ballast` or pass
+# `extender --host 0.0.0.0 ...` explicitly. The Kubernetes manifests pass their own arguments.
 #
 # Nothing is written at run time, so every program runs with a read-only root file system: bytecode for
 # Ballast, its dependencies and the standard library is compiled here (hash-based .pyc files that never

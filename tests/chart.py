@@ -37,7 +37,7 @@ CHART_ONLY = {
 
 
 HELM_FLAGS = {"--namespace", "--create-namespace", "--reuse-values", "--take-ownership"}
-"""Helm's flags that the operator's guide names (``tests/test_helm.py`` checks each against the real helm)."""
+"""Helm's flags that docs/install.md names (``tests/test_helm.py`` checks each against the real helm)."""
 
 
 def require_helm() -> Path:

@@ -427,7 +427,7 @@ def test_the_prometheus_component_lists_every_file_and_is_off_by_default() -> No
     kustomization = (DEPLOY / "kustomization.yaml").read_text()
     assert "components" not in yaml.safe_load(kustomization)
     assert COMPONENTS_COMMENTED in kustomization
-    guide = OPERATORS.read_text()
+    guide = INSTALL.read_text()
     section = guide[guide.index("## Using Prometheus instead") :]
     assert "components:\n     - prometheus" in section and "scheduler_config/deploy/prometheus/" in section
 
@@ -522,7 +522,7 @@ def test_the_rendered_install_seals_topology_results() -> None:
         assert secret["defaultMode"] & 0o007 == 0, "not readable by other users"
     assert not [d for d in rendered if d["kind"] == "Secret"], "no key is rendered into the manifests"
     # the install step creates exactly that Secret, with a key long enough for load_key
-    guide = OPERATORS.read_text()
+    guide = INSTALL.read_text()
     create = (
         f"kubectl -n ballast-system create secret generic {RESULT_KEY_SECRET} \\\n"
         '     --from-literal=key="$(openssl rand -hex 32)"'
@@ -556,7 +556,7 @@ def test_the_scrapers_namespace_is_one_install_choice(tmp_path: Path) -> None:
         "ballast-agent-metrics": [other],
         "ballast-rebalancer-metrics": [other],
     }
-    assert "value: monitoring" in OPERATORS.read_text(), "the install steps show where to set it"
+    assert "value: monitoring" in INSTALL.read_text(), "the install steps show where to set it"
 
 
 def test_the_crd_and_the_prometheus_rule_are_not_copied_here() -> None:
@@ -564,12 +564,12 @@ def test_the_crd_and_the_prometheus_rule_are_not_copied_here() -> None:
     assert "CustomResourceDefinition" not in kinds and "PrometheusRule" not in kinds
     crd = load_documents(SCHEDULER_CONFIG / "crd-noderesourcetopology.yaml")[0]
     # ... and the install instructions apply them from where they are.
-    docs = (ROOT / "docs" / "operators.md").read_text()
+    docs = INSTALL.read_text()
     assert "kubectl apply -f scheduler_config/crd-noderesourcetopology.yaml" in docs
     assert "kubectl apply -k scheduler_config/deploy" in docs
     assert crd["spec"]["group"] == "topology.crane.io"
-    if (SCHEDULER_CONFIG / "prometheus-rule.yaml").exists():
-        assert "kubectl apply -f scheduler_config/prometheus-rule.yaml" in docs
+    if (SCHEDULER_CONFIG / "recording-rules-prometheusrule.yaml").exists():
+        assert "kubectl apply -f scheduler_config/recording-rules-prometheusrule.yaml" in docs
 
 
 def test_images_are_pinned() -> None:
@@ -1068,7 +1068,9 @@ def test_the_lock_parser_refuses_what_pip_would_not_pin(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- docs
 
-OPERATORS = ROOT / "docs" / "operators.md"
+INSTALL = ROOT / "docs" / "install.md"
+GUIDE = [ROOT / "docs" / f"{page}.md" for page in ("install", "operate", "security", "troubleshooting")]
+"""The pages an operator reads: installing, operating, security, troubleshooting."""
 
 
 def _flags(command: str) -> set[str]:
@@ -1081,20 +1083,20 @@ def _flags(command: str) -> set[str]:
     return flags
 
 
-def test_every_ballast_flag_in_the_operator_guide_exists() -> None:
-    text = OPERATORS.read_text()
+def test_every_ballast_flag_in_the_operator_pages_exists() -> None:
+    text = "\n".join(page.read_text() for page in GUIDE)
     found = 0
     for m in re.finditer(r"ballast (extender|annotator|rebalancer|agent)\b([^\n`|]*)", text):
         for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", m.group(2)):
             found += 1
             assert flag in _flags(m.group(1)) | {"--help"}, f"`ballast {m.group(1)} {flag}` does not exist"
-    assert found >= 8, "the guide's ballast command lines were not found"
+    assert found >= 8, "the pages' ballast command lines were not found"
     for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", text):
         known = (
             _flags("extender") | _flags("annotator") | _flags("rebalancer") | _flags("agent") | KUBE_FLAGS
         ) | HELM_FLAGS
         assert flag in known, (
-            f"{flag} is not a flag of ballast, kubectl, kube-scheduler, kube-apiserver or helm the guide uses"
+            f"{flag} is not a flag of ballast, kubectl, kube-scheduler, kube-apiserver or helm the pages use"
         )
 
 
@@ -1106,8 +1108,8 @@ KUBE_FLAGS = {
 }
 
 
-def test_the_operator_guide_has_no_local_paths() -> None:
-    for path in (OPERATORS, *FILES, ROOT / "Dockerfile", ROOT / ".dockerignore", LOCK):
+def test_the_operator_pages_have_no_local_paths() -> None:
+    for path in (*GUIDE, *FILES, ROOT / "Dockerfile", ROOT / ".dockerignore", LOCK):
         text = path.read_text()
         assert "/work/" not in text and "/tmp/" not in text and "/home/" not in text, path
 

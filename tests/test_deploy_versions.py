@@ -35,13 +35,13 @@ def test_the_kube_scheduler_tag_is_set_in_the_kustomization() -> None:
 def test_the_default_kube_scheduler_is_the_tested_version_inside_the_skew_policy() -> None:
     tag = next(e["newTag"] for e in KUSTOMIZATION["images"] if e["name"] == SCHEDULER_IMAGE)
     assert tag == KUBE_VERSION, "the default is what the control-plane tests run"
-    guide = (ROOT / "docs" / "operators.md").read_text()
-    # the guide names the default and the apiserver minors it supports: the same minor and the next one
+    guide = (ROOT / "docs" / "install.md").read_text()
+    # the install page names the default and the apiserver minors it supports: the same minor and the next one
     major, mnr = minor(tag)
     assert f"`{tag}`" in guide and f"clusters at {major}.{mnr} and {major}.{mnr + 1}" in guide
     assert mnr >= 29, "the extender runs as a native sidecar (Kubernetes 1.29+)"
 
 
 def test_the_install_steps_need_only_kubectl() -> None:
-    for path in (ROOT / "docs" / "operators.md", ROOT / "README.md", DEPLOY / "kustomization.yaml"):
+    for path in (ROOT / "docs" / "install.md", ROOT / "README.md", DEPLOY / "kustomization.yaml"):
         assert "kustomize edit" not in path.read_text(), f"{path.name}: kubectl has no `kustomize edit`"

@@ -355,7 +355,7 @@ def test_the_values_schema_refuses_typos_and_wrong_types(
 
 
 def test_the_helm_flags_the_guide_names_are_helms(home: Path) -> None:
-    """tests/test_deploy.py lets the operator's guide name these; here the real helm has each of them."""
+    """tests/test_deploy.py lets docs/install.md name these; here the real helm has each of them."""
     flags = set()
     for command in ("install", "upgrade"):
         flags |= set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", run_helm(home, command, "--help").stdout))

@@ -29,7 +29,7 @@ ALERTS = MONITORING / "alerts.yaml"
 ALERTS_OBJECT = MONITORING / "alerts-prometheusrule.yaml"
 DASHBOARD = MONITORING / "ballast-dashboard.json"
 ALERT_TESTS = ROOT / "tests" / "monitoring" / "alerts_test.yaml"
-RECORDING_RULES = ROOT / "scheduler_config" / "prometheus-rules.yaml"
+RECORDING_RULES = ROOT / "scheduler_config" / "recording-rules.yaml"
 GRAFANA_VARIABLES = {"$__rate_interval": "5m"}
 """Grafana fills these in; promtool needs a value."""
 

@@ -270,7 +270,7 @@ def configure(args: argparse.Namespace) -> AgentConfig:
     if args.result_key is None:
         log.warning(
             "no --result-key-file: topology results are trusted by schedulerName alone, which whoever may "
-            "create pods can set (see the operator's guide, What the agent trusts)"
+            "create pods can set (see docs/security.md, What the agent trusts)"
         )
     load_policy = None
     if getattr(args, "report_load", False):

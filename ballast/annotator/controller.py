@@ -241,7 +241,7 @@ class Annotator:
             if not answer:
                 log.warning(
                     "%s: Prometheus has no series for %r; are the recording rules "
-                    "(scheduler_config/prometheus-rules.yaml) loaded?",
+                    "(scheduler_config/recording-rules.yaml) loaded?",
                     metric,
                     self.expression(metric),
                 )

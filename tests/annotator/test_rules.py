@@ -12,8 +12,8 @@ from ballast.model.policy import load_policy
 from ballast.testing.parts import POLICY_FILE, ROOT
 from ballast.testing.prometheus import require_promtool
 
-RULES = ROOT / "scheduler_config" / "prometheus-rules.yaml"
-OBJECT = ROOT / "scheduler_config" / "prometheus-rule.yaml"
+RULES = ROOT / "scheduler_config" / "recording-rules.yaml"
+OBJECT = ROOT / "scheduler_config" / "recording-rules-prometheusrule.yaml"
 
 # One CPU whose idle counter grows 3.75s per 15s (75% busy) for 10 minutes, then 7.5s per 15s (50%);
 # memory 60% used throughout.

@@ -6,7 +6,7 @@
   grants the chart's accounts each of those permissions, and the installed roles hold no more).
 - ``helm upgrade`` with other values: the policy ConfigMap and the containers' arguments follow, the seal key
   stays.
-- ``helm uninstall``: nothing of Ballast is left but the CRDs, which docs/operators.md says stay.
+- ``helm uninstall``: nothing of Ballast is left but the CRDs, which docs/install.md says stay.
 
 kube-controller-manager runs for the test (the namespace controller finishes the namespace's deletion, the
 garbage collector the ReplicaSets'). What earlier tests applied with kubectl (the namespace, the agent's

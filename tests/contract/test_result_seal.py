@@ -56,7 +56,7 @@ def test_seal_covers_uid_node_and_result() -> None:
 
 
 def test_without_a_key_the_agent_trusts_schedulername_alone() -> None:
-    """The residual risk documented in docs/operators.md: without a key a forged result is honoured."""
+    """The residual risk documented in docs/security.md: without a key a forged result is honoured."""
     d = agent(None).decide(parse_pod(forged()))
     assert d.zones == ((1, 2),) and d.rejected is None
 

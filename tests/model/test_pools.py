@@ -423,13 +423,13 @@ def test_board_equals_the_oracle_with_pools(scoring, specs, pods) -> None:
     assert pod_info(pod(7)).priority == 7
 
 
-def test_the_operators_guide_worked_example_is_what_the_code_does() -> None:
-    """docs/operators.md, "Node pools": its policy and its table of effective limits agree."""
+def test_the_operate_pages_worked_example_is_what_the_code_does() -> None:
+    """docs/operate.md, "Node pools": its policy and its table of effective limits agree."""
     import re
 
     from ballast.testing.parts import ROOT
 
-    page = (ROOT / "docs" / "operators.md").read_text()
+    page = (ROOT / "docs" / "operate.md").read_text()
     section = page[page.index("## Node pools") :]
     (block,) = re.findall(r"^```yaml\n(.*?)^```", section, flags=re.M | re.S)[:1]
     policy = parse_policy(block)

@@ -29,7 +29,7 @@ qualify (``PodInfo.exclusive_cpus``); everything else runs on the shared pool wh
 allowed list and, with a result key, only when its seal verifies (``ballast.contract.seal``). Whoever may
 create a
 pod sets its schedulerName, its nodeName (placing it without any scheduler) and its annotations, so
-without a key a forged result on such a pod is honoured (docs/operators.md, "What the agent trusts").
+without a key a forged result on such a pod is honoured (docs/security.md, "What the agent trusts").
 A result that is
 malformed, names NUMA nodes this machine lacks, or whose CPU total differs from the pod's exclusive CPU
 count is treated as absent and reported in ``ExclusiveDecision.rejected``. Without a (trusted) result the

@@ -1,6 +1,7 @@
 """What creating one Binding costs the caller: Ballast's API clients against the echo floor's minimal one.
 
-On the loopback control plane of ``ballast.testing.controlplane`` (etcd + kube-apiserver, no scheduler), unbound pods are
+On the loopback control plane of ``ballast.testing.controlplane`` (etcd + kube-apiserver, no scheduler),
+unbound pods are
 bound one at a time, rotating between the clients, all in one run so they see the same machine:
 
 - ``official``: ``ballast.kube.client.Kube.create`` through the ``kubernetes`` client (serialisation layers,

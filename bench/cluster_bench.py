@@ -1,6 +1,7 @@
 """Throughput under the real kube-scheduler: how fast a backlog drains with and without an extender.
 
-A loopback control plane (etcd + kube-apiserver + kube-scheduler v1.36.2, ``ballast.testing.controlplane``) holds 100
+A loopback control plane (etcd + kube-apiserver + kube-scheduler v1.36.2, ``ballast.testing.controlplane``)
+holds 100
 nodes with fresh load annotations. For each run a backlog of small pods is created while no scheduler
 runs; then kube-scheduler starts and drains it, and a pod watch times the first to the last binding.
 Modes alternate within one run of the bench, so machine noise hits them alike, in the given order in odd
@@ -24,7 +25,8 @@ the echo, Ballast, kube-scheduler, kube-apiserver, etcd and the bench itself (it
 
     python -m bench.cluster_bench [--rounds 3] [--pods 500] [--nodes 100]
 
-Needs the control-plane binaries (``../shared/k8s`` or ``BALLAST_KUBE_BIN``) and etcd; see ballast/testing/binaries.py.
+Needs the control-plane binaries (``../shared/k8s`` or ``BALLAST_KUBE_BIN``) and etcd; see
+ballast/testing/binaries.py.
 """
 
 from __future__ import annotations

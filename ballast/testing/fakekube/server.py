@@ -41,6 +41,7 @@ class Backend(Protocol):
 
     def _discovery(self, parts: tuple[str, ...]) -> dict: ...
 
+
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 

@@ -1,4 +1,5 @@
-"""Node load annotations: ``"<value>,<timestamp>"`` parsing, formatting and freshness.
+"""Node load annotations: crane's metric names (the keys), ``"<value>,<timestamp>"`` parsing, formatting and
+freshness.
 
 The format is crane-scheduler's, so Ballast and crane annotators are interchangeable. Parsing is
 deliberately forgiving in one direction only: anything that cannot be read becomes "no information"
@@ -13,6 +14,24 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from ballast.contract.times import format_rfc3339, parse_rfc3339
+
+CPU_USAGE_AVG_5M = "cpu_usage_avg_5m"
+CPU_USAGE_MAX_AVG_1H = "cpu_usage_max_avg_1h"
+CPU_USAGE_MAX_AVG_1D = "cpu_usage_max_avg_1d"
+MEM_USAGE_AVG_5M = "mem_usage_avg_5m"
+MEM_USAGE_MAX_AVG_1H = "mem_usage_max_avg_1h"
+MEM_USAGE_MAX_AVG_1D = "mem_usage_max_avg_1d"
+CRANE_LOAD_METRICS = (
+    CPU_USAGE_AVG_5M,
+    CPU_USAGE_MAX_AVG_1H,
+    CPU_USAGE_MAX_AVG_1D,
+    MEM_USAGE_AVG_5M,
+    MEM_USAGE_MAX_AVG_1H,
+    MEM_USAGE_MAX_AVG_1D,
+)
+"""crane's recording-rule names for node load, the keys of its load annotations: what the agent measures and
+what the annotator queries by default. The names are the contract with the extender and with crane tooling;
+this is their one home (the policy files and docs spell them out for people)."""
 
 HOT_VALUE_KEY = "node_hot_value"
 HOT_VALUE_VALID_SECONDS = 300.0

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ballast.contract.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS, parse_sample
+from ballast.contract.annotations import (
+    CRANE_LOAD_METRICS,
+    HOT_VALUE_KEY,
+    HOT_VALUE_VALID_SECONDS,
+    parse_sample,
+)
 from ballast.model.policy import Policy
 
 LOAD_SOURCE_KEY = "ballast.io/load-source"
@@ -25,18 +30,7 @@ ANNOTATOR_SOURCE = "annotator"
 
 AGENT_SOURCE_PREFIX = "agent/"
 
-MEASURED_METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
-"""crane's recording-rule names for node load: what the agent measures and what the annotator queries by
-default. The names are the contract with the extender and with crane tooling."""
-
-LOAD_ANNOTATION_KEYS = (*MEASURED_METRICS, HOT_VALUE_KEY, LOAD_SOURCE_KEY)
+LOAD_ANNOTATION_KEYS = (*CRANE_LOAD_METRICS, HOT_VALUE_KEY, LOAD_SOURCE_KEY)
 """Every Node annotation a load source writes. The agent's admission policy
 (scheduler_config/deploy/agent-admission-policy.yaml) lets the agent change exactly these; a test keeps the
 two equal."""

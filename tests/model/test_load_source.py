@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from ballast.contract.annotations import format_hot_value, format_load
+from ballast.contract.annotations import CRANE_LOAD_METRICS, format_hot_value, format_load
 from ballast.model.load_source import (
     ANNOTATOR_SOURCE,
     LOAD_ANNOTATION_KEYS,
     LOAD_SOURCE_KEY,
-    MEASURED_METRICS,
     agent_source,
     other_fresh_source,
 )
@@ -30,7 +29,7 @@ def test_the_stamps() -> None:
 def test_the_shipped_policy_names_only_measured_metrics() -> None:
     """What the shipped policy syncs is what a load source writes (so the admission policy's key list, which
     is LOAD_ANNOTATION_KEYS, admits every write the shipped install makes)."""
-    assert set(POLICY.sync_periods) <= set(MEASURED_METRICS)
+    assert set(POLICY.sync_periods) <= set(CRANE_LOAD_METRICS)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,8 @@ freshness.
 The format is crane-scheduler's, so Ballast and crane annotators are interchangeable. Parsing is
 deliberately forgiving in one direction only: anything that cannot be read becomes "no information"
 (``None``), never an exception, because a bad annotation must not reject a node or break a request.
+There is one reader, ``read_sample``, so the extender, the annotator and the agent judge the same text alike:
+a value above the sane cap or stamped in the future is no information, to all of them.
 """
 
 from __future__ import annotations
@@ -104,34 +106,26 @@ def parse_timestamp(text: str, legacy_zone: tzinfo | None = None) -> float | Non
     return parse_rfc3339(s)
 
 
-def parse_sample(raw: object, legacy_zone: tzinfo | None = None) -> Sample | None:
-    """Parse ``"<value>,<timestamp>"``; ``None`` for missing, malformed, NaN, infinite or negative values."""
-    if not isinstance(raw, str):
-        return None
-    value_text, sep, stamp = raw.partition(",")
-    if not sep:
-        return None
-    try:
-        value = float(value_text)
-    except ValueError:
-        return None
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        return None
-    ts = parse_timestamp(stamp, legacy_zone)
-    if ts is None:
-        return None
-    return Sample(value, ts)
-
-
 def read_sample(
-    raw: object, legacy_zone: tzinfo | None, now: float, cap: float
+    raw: object,
+    now: float,
+    *,
+    legacy_zone: tzinfo | None = None,
+    cap: float = MAX_LOAD_RATIO,
+    strict: bool = True,
 ) -> tuple[Sample | None, str | None]:
-    """Parse one annotation for the extender: ``(sample, None)``, ``(None, None)`` when it is absent, or
-    ``(None, reason)`` when it is there but cannot be a measurement.
+    """Read one annotation value, the one reader every program uses: ``(sample, None)``, ``(None, None)``
+    when it is absent, or ``(None, reason)`` when it is there but cannot be a measurement.
 
-    A bad value is "no information" for that node and metric only; the reason is kept so ``/nodes`` can
-    show it and the extender can count it. ``cap`` is the largest sane value (``MAX_LOAD_RATIO`` or
-    ``MAX_HOT_VALUE``): anything the score and filter arithmetic cannot take safely is refused here.
+    Malformed text, a value that is not a finite non-negative number and a timestamp that is not RFC 3339
+    with an offset (or, with ``legacy_zone``, crane's legacy form) are never a measurement. ``strict`` (every
+    reader that decides whether a value counts: the extender, a writer asking whether another writer's
+    values are fresh) also refuses a value above ``cap``, the largest sane one (``MAX_LOAD_RATIO`` or
+    ``MAX_HOT_VALUE``: anything the score and filter arithmetic cannot take safely), and a timestamp more
+    than ``MAX_FUTURE_SECONDS`` ahead of ``now`` (it would stay fresh for as long as it is ahead).
+    ``strict=False`` is for a writer comparing what it would write with what is there, never for judging
+    whether a value counts. A bad value is "no information" for that node and metric only; the reason is
+    kept so ``/nodes`` can show it and the extender can count it.
     """
     if raw is None:
         return None, None
@@ -148,12 +142,12 @@ def read_sample(
         return None, f"value {value_text[:40]!r} is not a finite number"
     if value < 0:
         return None, f"value {value:g} is negative"
-    if value > cap:
+    if strict and value > cap:
         return None, f"value {value:g} is above the sane maximum {cap:g}"
     ts = parse_timestamp(stamp, legacy_zone)
     if ts is None:
         return None, f"timestamp {stamp[:40]!r} is not RFC 3339 with an offset"
-    if ts > now + MAX_FUTURE_SECONDS:
+    if strict and ts > now + MAX_FUTURE_SECONDS:
         return None, f"timestamp {stamp[:40]!r} is more than {MAX_FUTURE_SECONDS:g}s in the future"
     return Sample(value, ts, now if ts > now else None), None
 

@@ -109,12 +109,12 @@ def _parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeL
     samples: dict[str, Sample] = {}
     bad: dict[str, str] = {}
     for metric in policy.sync_periods:
-        sample, reason = read_sample(annotations.get(metric), zone, now, MAX_LOAD_RATIO)
+        sample, reason = read_sample(annotations.get(metric), now, legacy_zone=zone, cap=MAX_LOAD_RATIO)
         if sample is not None:
             samples[metric] = sample
         elif reason is not None:
             bad[metric] = reason
-    hot, reason = read_sample(annotations.get(HOT_VALUE_KEY), zone, now, MAX_HOT_VALUE)
+    hot, reason = read_sample(annotations.get(HOT_VALUE_KEY), now, legacy_zone=zone, cap=MAX_HOT_VALUE)
     if reason is not None:
         bad[HOT_VALUE_KEY] = reason
     labels = meta.get("labels")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ballast.annotator.run import run
-from ballast.contract.annotations import HOT_VALUE_KEY, format_load, parse_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, format_load, read_sample
 from ballast.model.load_source import LOAD_SOURCE_KEY
 from ballast.model.policy import load_policy
 from ballast.testing.annotator import FailingPrometheus, add_node, annotations, bind_pod, node_patches, parse
@@ -106,7 +106,7 @@ def test_once_writes_what_promql_returns(
         got = annotations(fake_kube, node)
         for metric in METRICS:
             expected = prom.scalar(f"{metric}{{{selector}}} / 100")
-            sample = parse_sample(got[metric])
+            sample, _ = read_sample(got[metric], time.time())
             assert sample is not None, (node, metric, got[metric])
             assert got[metric].split(",")[0] == f"{expected:.5f}", (node, metric)
             assert got[metric].endswith("Z") and abs(sample.timestamp - time.time()) < 60

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from ballast.annotator.run import run
-from ballast.contract.annotations import HOT_VALUE_KEY, parse_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, read_sample
 from ballast.testing.annotator import add_node, annotations, bind_pod, node_patches, parse
 from ballast.testing.fakekube import FakeKube
 from ballast.testing.parts import ROOT, wait_for
@@ -311,7 +311,7 @@ def test_sigterm_steps_down_and_releases(
     spec = lease(fake_kube)["spec"]
     # Released: empty holder and a 1s lease, so the next replica does not wait out the 15s.
     assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
-    sample = parse_sample(annotations(fake_kube, "n1")["cpu_usage_avg_5m"])
+    sample, _ = read_sample(annotations(fake_kube, "n1")["cpu_usage_avg_5m"], time.time())
     assert sample is not None
 
 

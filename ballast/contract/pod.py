@@ -12,6 +12,8 @@
   is ``ballast.contract.exclusive``'s call).
 - Whether a DaemonSet controls the pod (``is_daemonset_pod``: its controller ownerReference, the rule
   the kubelet and kube-scheduler use); the extender neither estimates nor NUMA-places those pods.
+- When the pod was bound to its node (``bound_at``): the one rule the extender's estimates, the rebalancer
+  and the hot value (annotator and agent) date a placement by.
 
 Everything here is pure and never raises on a malformed pod: problems are recorded on ``PodInfo`` and the
 affected containers simply do not qualify.
@@ -27,6 +29,7 @@ from typing import Any
 
 from ballast.contract.quantity import QuantityError, parse_quantity
 from ballast.contract.seal import SEAL_ANNOTATION
+from ballast.contract.times import parse_rfc3339
 from ballast.contract.topology_result import (
     CPU_POLICY_ANNOTATION,
     TOPOLOGY_RESULT_ANNOTATION,
@@ -41,6 +44,7 @@ __all__ = [
     "ContainerStatus",
     "PodInfo",
     "QOSClass",
+    "bound_at",
     "compute_qos",
     "is_daemonset_pod",
     "parse_pod",
@@ -248,6 +252,35 @@ def is_daemonset_pod(meta: Any) -> bool:
         isinstance(o, Mapping) and o.get("kind") == "DaemonSet" and o.get("controller") is True
         for o in owners
     )
+
+
+def bound_at(pod: Any) -> float | None:
+    """When the pod was bound to its node, in Unix seconds; ``None`` when no time can be read. Never raises.
+
+    The ``lastTransitionTime`` of its first ``PodScheduled`` condition with status ``True`` (the API server
+    sets it when it binds the pod). Without one that reads, the pod's ``creationTimestamp``: a pod created
+    with ``spec.nodeName`` set was bound when it was created. Both are read by the one time parser
+    (``ballast.contract.times``), so a time without an offset is no time. Whether the pod is bound at all
+    (``spec.nodeName``) is the caller's question.
+    """
+    if not isinstance(pod, Mapping):
+        return None
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if isinstance(conditions, list):
+        for cond in conditions:
+            if (
+                not isinstance(cond, Mapping)
+                or cond.get("type") != "PodScheduled"
+                or cond.get("status") != "True"
+            ):
+                continue
+            when = parse_rfc3339(cond.get("lastTransitionTime"))
+            if when is not None:
+                return when
+            break
+    meta = pod.get("metadata")
+    return parse_rfc3339(meta.get("creationTimestamp")) if isinstance(meta, Mapping) else None
 
 
 def parse_pod(pod: Mapping[str, Any]) -> PodInfo:

@@ -3,7 +3,7 @@
 Everything a request needs is parsed when an event arrives: annotations into samples, allocatable into
 integers, pod resources into ``PodInfo``. A names-mode request then costs one dict lookup per node.
 Pod events also feed the estimation ledger: a pod newly bound to a node (by Ballast or by anyone) is
-recorded at its ``PodScheduled`` time, and a deleted or finished pod leaves at once.
+recorded at its bind time (``ballast.contract.pod.bound_at``), and a deleted or finished pod leaves at once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from cachetools import TTLCache
@@ -23,7 +22,7 @@ from cachetools import TTLCache
 from ballast.contract.exclusive import DEFAULT_SCHEDULERS
 from ballast.contract.nrt import COMMUNITY_NRT_PATH, NRT_PATH
 from ballast.contract.pod import PodInfo as AgentPod
-from ballast.contract.pod import parse_pod
+from ballast.contract.pod import bound_at, parse_pod
 from ballast.contract.seal import SEAL_ANNOTATION, verify
 from ballast.contract.topology_result import TOPOLOGY_RESULT_ANNOTATION
 from ballast.extender.numa.community import Malformed
@@ -84,15 +83,6 @@ def _slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rfc3339(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     """The pod as the cache keeps it. The agent's reading of the pod (``spec``) is kept only for a pod with
     a topology result: zone usage counts no other pod, and reading the containers again for each of them
@@ -112,10 +102,6 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
             exc,
         )
         info = None
-    scheduled = None
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            scheduled = _rfc3339(cond.get("lastTransitionTime"))
     annotations = meta.get("annotations") or {}
     return PodRecord(
         uid=str(uid),
@@ -123,7 +109,7 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
         name=str(meta.get("name") or ""),
         node=str(spec.get("nodeName") or ""),
         info=info,
-        scheduled_at=scheduled,
+        scheduled_at=bound_at(pod),
         annotations=dict(annotations),
         scheduler=str(spec.get("schedulerName") or ""),
         spec=parse_pod(pod) if TOPOLOGY_RESULT_ANNOTATION in annotations else None,

@@ -54,7 +54,7 @@ _LEGACY = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class LoadSample:
     """One parsed annotation: the value and when it was measured (Unix seconds)."""
 
     value: float
@@ -80,9 +80,9 @@ class Sample:
         return self.timestamp + valid_for > now
 
 
-def fresh(sample: Sample | None, valid_for: float, now: float) -> Sample | None:
+def fresh(sample: LoadSample | None, valid_for: float, now: float) -> LoadSample | None:
     """``sample`` while it counts, else ``None`` (missing and stale are both no information). The rule is
-    ``Sample.is_fresh``, written out: a node's recomputation asks this some thirty times."""
+    ``LoadSample.is_fresh``, written out: a node's recomputation asks this some thirty times."""
     return sample if sample is not None and sample.timestamp + valid_for > now else None
 
 
@@ -113,7 +113,7 @@ def read_sample(
     legacy_zone: tzinfo | None = None,
     cap: float = MAX_LOAD_RATIO,
     strict: bool = True,
-) -> tuple[Sample | None, str | None]:
+) -> tuple[LoadSample | None, str | None]:
     """Read one annotation value, the one reader every program uses: ``(sample, None)``, ``(None, None)``
     when it is absent, or ``(None, reason)`` when it is there but cannot be a measurement.
 
@@ -149,7 +149,7 @@ def read_sample(
         return None, f"timestamp {stamp[:40]!r} is not RFC 3339 with an offset"
     if strict and ts > now + MAX_FUTURE_SECONDS:
         return None, f"timestamp {stamp[:40]!r} is more than {MAX_FUTURE_SECONDS:g}s in the future"
-    return Sample(value, ts, now if ts > now else None), None
+    return LoadSample(value, ts, now if ts > now else None), None
 
 
 def format_timestamp(when: float) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ballast.contract.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, Sample, read_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, LoadSample, read_sample
 from ballast.contract.quantity import parse_bytes as memory_bytes
 from ballast.contract.quantity import parse_cpu_milli as cpu_milli
 from ballast.model.policy import Policy
@@ -20,9 +20,9 @@ from ballast.model.thresholds import THRESHOLDS_ANNOTATION, node_limits
 @dataclass(frozen=True, slots=True)
 class NodeLoad:
     name: str
-    samples: Mapping[str, Sample] = field(default_factory=dict)
+    samples: Mapping[str, LoadSample] = field(default_factory=dict)
     """Parsed load annotations for the policy's metrics; unreadable ones are simply absent."""
-    hot: Sample | None = None
+    hot: LoadSample | None = None
     allocatable_cpu_milli: int | None = None
     allocatable_memory_bytes: int | None = None
     resource_version: str | None = None
@@ -106,7 +106,7 @@ def _parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeL
     annotations = meta.get("annotations")
     annotations = annotations if isinstance(annotations, Mapping) else {}
     zone = policy.legacy_zone
-    samples: dict[str, Sample] = {}
+    samples: dict[str, LoadSample] = {}
     bad: dict[str, str] = {}
     for metric in policy.sync_periods:
         sample, reason = read_sample(annotations.get(metric), now, legacy_zone=zone, cap=MAX_LOAD_RATIO)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ballast.contract.annotations import Sample
+from ballast.contract.annotations import LoadSample
 from ballast.extender.bind import Binder
 from ballast.extender.load_bind import LoadPreBind
 from ballast.extender.wire import BindingArgs
@@ -81,7 +81,7 @@ class Api:
 
 
 def binder(api: Api, ledger: Ledger, watch: PodWatch) -> Binder:
-    load = NodeLoad(NODE, {"cpu_usage_avg_5m": Sample(0.1, NOW)}, allocatable_cpu_milli=8000)
+    load = NodeLoad(NODE, {"cpu_usage_avg_5m": LoadSample(0.1, NOW)}, allocatable_cpu_milli=8000)
     lookup: Callable[[str], NodeLoad | None] = {NODE: load}.get
     store = PolicyStore(POLICY)
     check = LoadPreBind(api, ledger, store, lookup, lambda: NOW, bound_node=watch.nodes.get)  # type: ignore[arg-type]

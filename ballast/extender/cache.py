@@ -31,7 +31,7 @@ from ballast.extender.numa.crane import NodeTopology, ZoneUsage, exclusive_zones
 from ballast.kube.client import WATCH_STALL_SECONDS, Kube, Reflector
 from ballast.model.bad_request import BadRequest
 from ballast.model.ledger import Ledger
-from ballast.model.nodestate import NodeLoad, parse_node
+from ballast.model.nodestate import NodeState, parse_node
 from ballast.model.podinfo import PodInfo, read_pod
 from ballast.model.policy_store import PolicyStore
 
@@ -163,7 +163,7 @@ class _Nodes:
         for cb in self.cache.node_listeners:
             cb(event_type, obj)
 
-    def _read(self, obj: Mapping[str, Any], policy: Any) -> tuple[dict[str, Any], NodeLoad]:
+    def _read(self, obj: Mapping[str, Any], policy: Any) -> tuple[dict[str, Any], NodeState]:
         slim = _slim_node(obj)
         return slim, self.cache.parse(slim, policy)
 
@@ -296,7 +296,7 @@ class ClusterCache:
         stall_seconds: float = WATCH_STALL_SECONDS,
         clock: Callable[[], float] = time.time,
         assume_ttl: float = 300.0,
-        on_bad: Callable[[NodeLoad], None] | None = None,
+        on_bad: Callable[[NodeState], None] | None = None,
         allowed_schedulers: Iterable[str] = DEFAULT_SCHEDULERS,
         result_key: bytes | None = None,
         community_assume_ttl: float = 120.0,
@@ -313,7 +313,7 @@ class ClusterCache:
         self.ledger = ledger
         self.clock = clock
         self.lock = threading.Lock()
-        self.nodes: dict[str, NodeLoad] = {}
+        self.nodes: dict[str, NodeState] = {}
         self.raw_nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, PodRecord] = {}
         self.pods_by_node: dict[str, set[str]] = {}
@@ -425,7 +425,7 @@ class ClusterCache:
 
     # -- NodeSource ------------------------------------------------------------------------------
 
-    def node(self, name: str) -> NodeLoad | None:
+    def node(self, name: str) -> NodeState | None:
         return self.nodes.get(name)
 
     def node_names(self) -> Iterable[str]:
@@ -549,7 +549,7 @@ class ClusterCache:
         if self.ledger is not None:
             self.ledger.forget(uid)
 
-    def parse(self, slim: Mapping[str, Any], policy: Any) -> NodeLoad:
+    def parse(self, slim: Mapping[str, Any], policy: Any) -> NodeState:
         """Parse a node as of now, reporting bad annotations."""
         load = parse_node(slim, policy, self.clock())
         if (load.bad or load.ahead) and self.on_bad is not None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from ballast.model import estimation
 from ballast.model.estimation import Estimate, estimate_usage, metric_plan
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 from ballast.model.podinfo import PodInfo
 from ballast.model.policy import Policy
 
@@ -291,7 +291,7 @@ class Ledger:
         return Estimate(pod.uid, pod.label, "", cpu, mem, now, tentative=True, priority=pod.priority)
 
     def units(
-        self, load: NodeLoad, now: float, skip: str | None = None, bound_only: bool = False
+        self, load: NodeState, now: float, skip: str | None = None, bound_only: bool = False
     ) -> dict[str, int]:
         """Estimated amounts (millicores or bytes) counted per metric on this node, no incoming pod;
         ``bound_only`` leaves out tentative holds (what the bind check counts: only placements)."""
@@ -302,24 +302,26 @@ class Ledger:
             estimates = [e for e in estimates if not e.tentative]
         return estimation.units(load, self._plan, estimates, now, skip)
 
-    def standing(self, load: NodeLoad, now: float) -> tuple[list[Estimate], dict[str, int], dict[str, float]]:
+    def standing(
+        self, load: NodeState, now: float
+    ) -> tuple[list[Estimate], dict[str, int], dict[str, float]]:
         """The node's live estimates and what they add per metric, as amounts (``units``) and as ratios
         (``extra``), from one read of the index: what the verdict board recomputes a node from."""
         estimates, counted = self.standing_units(load, now)
         return estimates, counted, estimation.extra(load, self._plan, counted)
 
-    def extra_of(self, load: NodeLoad, counted: Mapping[str, int]) -> dict[str, float]:
+    def extra_of(self, load: NodeState, counted: Mapping[str, int]) -> dict[str, float]:
         """The ratios ``counted`` amounts add per metric on this node (``estimation.extra``)."""
         return estimation.extra(load, self._plan, counted)
 
-    def standing_units(self, load: NodeLoad, now: float) -> tuple[list[Estimate], dict[str, int]]:
+    def standing_units(self, load: NodeState, now: float) -> tuple[list[Estimate], dict[str, int]]:
         """The node's live estimates and what they add per metric, as amounts (``units``)."""
         estimates = self.on_node(load.name)
         return estimates, estimation.units(load, self._plan, estimates, now)
 
     def extra(
         self,
-        load: NodeLoad,
+        load: NodeState,
         now: float,
         incoming: Estimate | None = None,
         minus: Mapping[str, int] | None = None,
@@ -339,6 +341,6 @@ class Ledger:
             skip = incoming.uid
         return estimation.extra(load, self._plan, self.units(load, now, skip, bound_only), incoming, minus)
 
-    def counted(self, load: NodeLoad, now: float) -> list[Estimate]:
+    def counted(self, load: NodeState, now: float) -> list[Estimate]:
         """Estimates still counted for at least one metric of this node (what /nodes shows)."""
         return estimation.still_counted(load, self._plan, self.on_node(load.name), now)

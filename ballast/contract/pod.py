@@ -15,7 +15,7 @@
 - When the pod was bound to its node (``bound_at``): the one rule the extender's estimates, the rebalancer
   and the hot value (annotator and agent) date a placement by.
 
-Everything here is pure and never raises on a malformed pod: problems are recorded on ``PodInfo`` and the
+Everything here is pure and never raises on a malformed pod: problems are recorded on ``KubeletPod`` and the
 affected containers simply do not qualify.
 """
 
@@ -42,7 +42,7 @@ __all__ = [
     "ContainerInfo",
     "ContainerKind",
     "ContainerStatus",
-    "PodInfo",
+    "KubeletPod",
     "QOSClass",
     "bound_at",
     "compute_qos",
@@ -84,7 +84,11 @@ class ContainerStatus:
 
 
 @dataclass(frozen=True)
-class PodInfo:
+class KubeletPod:
+    """A pod as the kubelet reads it (``parse_pod``): QoS, containers and their exclusive CPUs, statuses,
+    the topology result. What the load model reads of a pod (requests and limits) is
+    ``ballast.model.podinfo.PodDemand``."""
+
     uid: str
     namespace: str
     name: str
@@ -283,8 +287,8 @@ def bound_at(pod: Any) -> float | None:
     return parse_rfc3339(meta.get("creationTimestamp")) if isinstance(meta, Mapping) else None
 
 
-def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
-    """Read a pod's JSON (as the API server sends it) into a ``PodInfo``; never raises on bad content."""
+def parse_pod(pod: Mapping[str, Any]) -> KubeletPod:
+    """Read a pod's JSON (as the API server sends it) into a ``KubeletPod``; never raises on bad content."""
     problems: list[str] = []
     meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
     spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
@@ -335,7 +339,7 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
         value = mapping.get(key)
         return value if isinstance(value, str) else ""
 
-    return PodInfo(
+    return KubeletPod(
         uid=text(meta, "uid"),
         namespace=text(meta, "namespace"),
         name=text(meta, "name"),

@@ -1,7 +1,7 @@
 """The extender's view of the cluster, kept current by watches: nodes, and pods bound to nodes.
 
 Everything a request needs is parsed when an event arrives: annotations into samples, allocatable into
-integers, pod resources into ``PodInfo``. A names-mode request then costs one dict lookup per node.
+integers, pod resources into ``PodDemand``. A names-mode request then costs one dict lookup per node.
 Pod events also feed the estimation ledger: a pod newly bound to a node (by Ballast or by anyone) is
 recorded at its bind time (``ballast.contract.pod.bound_at``), and a deleted or finished pod leaves at once.
 """
@@ -21,8 +21,7 @@ from cachetools import TTLCache
 
 from ballast.contract.exclusive import DEFAULT_SCHEDULERS
 from ballast.contract.nrt import COMMUNITY_NRT_PATH, NRT_PATH
-from ballast.contract.pod import PodInfo as AgentPod
-from ballast.contract.pod import bound_at, parse_pod
+from ballast.contract.pod import KubeletPod, bound_at, parse_pod
 from ballast.contract.seal import SEAL_ANNOTATION, verify
 from ballast.contract.topology_result import TOPOLOGY_RESULT_ANNOTATION
 from ballast.extender.numa.community import Malformed
@@ -32,7 +31,7 @@ from ballast.kube.client import WATCH_STALL_SECONDS, Kube, Reflector
 from ballast.model.bad_request import BadRequest
 from ballast.model.ledger import Ledger
 from ballast.model.nodestate import NodeState, parse_node
-from ballast.model.podinfo import PodInfo, read_pod
+from ballast.model.podinfo import PodDemand, read_pod
 from ballast.model.policy_store import PolicyStore
 
 log = logging.getLogger("ballast.cache")
@@ -53,11 +52,11 @@ class PodRecord:
     namespace: str
     name: str
     node: str
-    info: PodInfo | None
+    info: PodDemand | None
     scheduled_at: float | None
     annotations: Mapping[str, str]
     scheduler: str
-    spec: AgentPod | None = None
+    spec: KubeletPod | None = None
     """The pod as the agent reads it (QoS, exclusive CPUs, topology result), for NUMA zone usage; kept only
     for pods with a topology result (``pod_record``)."""
 
@@ -93,7 +92,7 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     if not uid:
         return None
     try:
-        info: PodInfo | None = read_pod(pod)
+        info: PodDemand | None = read_pod(pod)
     except BadRequest as exc:
         log.warning(
             "pod %s/%s has unreadable resources (%s); no estimate",
@@ -431,7 +430,7 @@ class ClusterCache:
     def node_names(self) -> Iterable[str]:
         return list(self.nodes)
 
-    def pod(self, uid: str) -> PodInfo | None:
+    def pod(self, uid: str) -> PodDemand | None:
         r = self.pods.get(uid)
         return r.info if r is not None else None
 

@@ -25,11 +25,11 @@ from ballast.model.load import (
     score_node,
 )
 from ballast.model.nodestate import NodeState
-from ballast.model.podinfo import PodInfo, pod_info
+from ballast.model.podinfo import PodDemand, pod_info
 from ballast.model.policy import Policy
 from ballast.model.thresholds import THRESHOLDS_ANNOTATION
 
-PLAIN_POD = PodInfo("", "", "", False, 0, 0, 0, 0)
+PLAIN_POD = PodDemand("", "", "", False, 0, 0, 0, 0)
 """What /nodes judges with: a pod that requests nothing (so it is estimated at the policy defaults)."""
 
 PROJECTED_DIGITS = 6
@@ -64,7 +64,7 @@ def _metric_views(
     return out
 
 
-def explain_node(ext: Extender, load: NodeState, pod: PodInfo, now: float) -> dict[str, Any]:
+def explain_node(ext: Extender, load: NodeState, pod: PodDemand, now: float) -> dict[str, Any]:
     """Everything that went into one node's verdict and score for ``pod``: the body of /nodes and /explain."""
     policy = ext.store.current
     incoming = ext.incoming(pod, now)

@@ -24,7 +24,7 @@ from ballast.model.estimation import Estimate, estimate_usage
 from ballast.model.ledger import Ledger
 from ballast.model.load import Rejection, check_node, projected_load, relative_scores, score_node
 from ballast.model.nodestate import NodeState, parse_node
-from ballast.model.podinfo import PodInfo, pod_info, read_pod
+from ballast.model.podinfo import PodDemand, pod_info, read_pod
 from ballast.model.policy import Policy
 from ballast.model.policy_store import PolicyStore
 from ballast.model.pools import MODES
@@ -44,7 +44,7 @@ class NodeSource(Protocol):
 
     def node_names(self) -> Iterable[str]: ...
 
-    def pod(self, uid: str) -> PodInfo | None: ...
+    def pod(self, uid: str) -> PodDemand | None: ...
 
     def topology(self, node: str) -> NodeTopology | None: ...
 
@@ -250,7 +250,7 @@ class Extender:
                 "node cache (start it with --kubeconfig or in a cluster): every node passes unscored"
             )
 
-    def incoming(self, pod: PodInfo, now: float) -> Estimate | None:
+    def incoming(self, pod: PodDemand, now: float) -> Estimate | None:
         return None if pod.daemonset else self.ledger.incoming(pod, now)
 
     def extra(self, load: NodeState, now: float, incoming: Estimate | None, skip: str = ""):
@@ -315,7 +315,7 @@ class Extender:
         self,
         board: VerdictBoard,
         lookup: Callable[[str], NodeState | None],
-        pod: PodInfo,
+        pod: PodDemand,
         names: list[str],
         incoming: Estimate | None,
         policy: Policy,
@@ -352,12 +352,12 @@ class Extender:
             child = self._rejected_children[metric] = self.metrics.rejected.labels(metric)
         return child
 
-    def _own_node(self, pod: PodInfo) -> str | None:
+    def _own_node(self, pod: PodDemand) -> str | None:
         """The node holding this pod's own estimate (kube-scheduler asks again after a failed attempt)."""
         own = self.ledger.known(pod.uid) if pod.uid else None
         return own.node if own is not None else None
 
-    def _scored_exactly(self, pod: PodInfo, names: list[str], entries: Sequence[object | None]) -> set[str]:
+    def _scored_exactly(self, pod: PodDemand, names: list[str], entries: Sequence[object | None]) -> set[str]:
         """The candidates prioritize scores by the definition, not from the board: the node holding this
         pod's own estimate (its hold must not count against it) and the names whose board ``entries``
         are ``None`` (the board lacks them; pass no entries when it has them all)."""
@@ -366,7 +366,7 @@ class Extender:
             exact.add(own)
         return exact
 
-    def _hold_single(self, pod: PodInfo, passing: list[str], now: float) -> None:
+    def _hold_single(self, pod: PodDemand, passing: list[str], now: float) -> None:
         """With one feasible node kube-scheduler skips prioritize: hold the estimate here instead."""
         if len(passing) == 1:
             self._hold_best(pod, passing, [0], now)
@@ -409,7 +409,7 @@ class Extender:
             self.board, self._from_name, args.pod, pod, names, policy, now, encoded
         )
 
-    def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
+    def _hold_best(self, pod: PodDemand, names: list[str], scores: list[int], now: float) -> None:
         """kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most likely
         get, the best-scoring candidate, so the next pod's filter and prioritize see it there before the
         bind arrives. kube-scheduler breaks a tie between equal scores by its own plugins, whose
@@ -430,7 +430,7 @@ class Extender:
         board: VerdictBoard,
         lookup: Callable[[str], NodeState | None],
         pod_obj: dict[str, Any],
-        pod: PodInfo,
+        pod: PodDemand,
         names: list[str],
         policy: Policy,
         now: float,
@@ -475,7 +475,7 @@ class Extender:
         board: VerdictBoard,
         lookup: Callable[[str], NodeState | None],
         pod_obj: dict[str, Any],
-        pod: PodInfo,
+        pod: PodDemand,
         names: list[str],
         policy: Policy,
         now: float,
@@ -516,7 +516,7 @@ class Extender:
         self,
         lookup: Callable[[str], NodeState | None],
         name: str,
-        pod: PodInfo,
+        pod: PodDemand,
         policy: Policy,
         now: float,
         incoming: Estimate | None,
@@ -529,7 +529,7 @@ class Extender:
         return projected_load(load, policy, now, self.extra(load, now, None, skip=pod.uid), _size(incoming))
 
     def _exact_score(
-        self, lookup: Callable[[str], NodeState | None], name: str, pod: PodInfo, policy: Policy, now: float
+        self, lookup: Callable[[str], NodeState | None], name: str, pod: PodDemand, policy: Policy, now: float
     ) -> int:
         """The score by the definition (``score_node``), not counting the pod's own held estimate; 0 for a
         node Ballast does not know (no information)."""
@@ -591,7 +591,7 @@ class Extender:
                 raise BadRequest(f"{field}[{i}]", "expected an object")
             if full:
                 try:
-                    info: PodInfo | None = pod_info(p)
+                    info: PodDemand | None = pod_info(p)
                 except BadRequest as exc:
                     raise BadRequest(f"{field}[{i}].{exc.field.removeprefix('Pod.')}", exc.reason) from exc
                 uid = info.uid if info else ""

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ballast.model.nodestate import NodeState
-from ballast.model.podinfo import PodInfo
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy import Estimation, Policy
 
 
@@ -36,7 +36,7 @@ from ballast.model.policy import Estimation, Policy
 class Estimate:
     uid: str
     pod: str
-    """``namespace/name`` for people reading /nodes (``PodInfo.label``); empty for /nodes' placeholder."""
+    """``namespace/name`` for people reading /nodes (``PodDemand.label``); empty for /nodes' placeholder."""
     node: str
     cpu_milli: int
     memory_bytes: int
@@ -60,7 +60,7 @@ class Estimate:
         }
 
 
-def estimate_usage(pod: PodInfo, est: Estimation) -> tuple[int, int]:
+def estimate_usage(pod: PodDemand, est: Estimation) -> tuple[int, int]:
     """(cpu millicores, memory bytes) a pod is expected to use soon after it starts."""
     cpu = max(pod.cpu_request_milli, pod.cpu_limit_milli)
     mem = max(pod.memory_request_bytes, pod.memory_limit_bytes)

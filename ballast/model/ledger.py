@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from ballast.model import estimation
 from ballast.model.estimation import Estimate, estimate_usage, metric_plan
 from ballast.model.nodestate import NodeState
-from ballast.model.podinfo import PodInfo
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy import Policy
 
 MAX_PODS = 200_000
@@ -162,7 +162,7 @@ class Ledger:
             for listener in self.listeners:
                 listener(touched)
 
-    def hold(self, pod: PodInfo, node: str, now: float | None = None) -> None:
+    def hold(self, pod: PodDemand, node: str, now: float | None = None) -> None:
         """Tentatively place a pod that was scored but not yet bound (no-op once it is bound)."""
         if not pod.uid:
             return
@@ -193,7 +193,7 @@ class Ledger:
 
     def bound(
         self,
-        pod: PodInfo | None,
+        pod: PodDemand | None,
         uid: str,
         node: str,
         at: float,
@@ -286,7 +286,7 @@ class Ledger:
                 self._by_node.pop(node, None)
             return out
 
-    def incoming(self, pod: PodInfo, now: float) -> Estimate:
+    def incoming(self, pod: PodDemand, now: float) -> Estimate:
         cpu, mem = estimate_usage(pod, self._policy.estimation)
         return Estimate(pod.uid, pod.label, "", cpu, mem, now, tentative=True, priority=pod.priority)
 

@@ -18,7 +18,7 @@ from ballast.contract.pod import bound_at, parse_pod
 from ballast.contract.times import parse_rfc3339
 from ballast.model.bad_request import BadRequest
 from ballast.model.estimation import estimate_usage
-from ballast.model.podinfo import PodInfo, pod_info
+from ballast.model.podinfo import PodDemand, pod_info
 from ballast.model.policy import Estimation
 
 __all__ = ["EVICT_ANNOTATION", "QOS_ORDER", "PodFacts", "pod_facts", "reestimate", "skip_reason"]
@@ -167,7 +167,7 @@ def skip_reason(
 
 def reestimate(facts: PodFacts, est: Estimation) -> PodFacts:
     """The same pod under another policy's estimation settings."""
-    info = PodInfo(facts.namespace, facts.name, facts.uid, False, facts.cpu_request_milli,
+    info = PodDemand(facts.namespace, facts.name, facts.uid, False, facts.cpu_request_milli,
                    facts.cpu_limit_milli, facts.memory_request_bytes, facts.memory_limit_bytes)  # fmt: skip
     cpu, mem = estimate_usage(info, est)
     return replace(facts, cpu_milli=cpu, memory_bytes=mem)
@@ -236,7 +236,7 @@ def _pod_facts(pod: Mapping[str, Any], est: Estimation) -> PodFacts:
     kind, owner = _controller(meta)
     problem = None
     try:
-        info: PodInfo | None = pod_info(pod)
+        info: PodDemand | None = pod_info(pod)
     except BadRequest as exc:
         info, problem = None, f"resources cannot be read: {exc}"
     cpu, mem = estimate_usage(info, est) if info is not None else (0, 0)

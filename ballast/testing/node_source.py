@@ -7,7 +7,7 @@ from typing import Any
 
 from ballast.extender.numa.crane import NodeTopology, ZoneUsage
 from ballast.model.nodestate import NodeState
-from ballast.model.podinfo import PodInfo
+from ballast.model.podinfo import PodDemand
 
 
 class StaticSource:
@@ -27,7 +27,7 @@ class StaticSource:
     def node_names(self) -> Iterable[str]:
         return list(self.loads)
 
-    def pod(self, uid: str) -> PodInfo | None:
+    def pod(self, uid: str) -> PodDemand | None:
         return None
 
     def topology(self, node: str) -> NodeTopology | None:

@@ -18,7 +18,7 @@ from ballast.model.estimation import (
     units,
 )
 from ballast.model.nodestate import NodeState
-from ballast.model.podinfo import PodInfo
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy import Estimation, load_policy
 from ballast.testing.parts import POLICY_FILE
 
@@ -27,8 +27,8 @@ NOW = 1_000_000.0
 MiB = 2**20
 
 
-def pod(cpu_req: int = 0, cpu_lim: int = 0, mem_req: int = 0, mem_lim: int = 0) -> PodInfo:
-    return PodInfo("ns", "p", "uid", False, cpu_req, cpu_lim, mem_req, mem_lim)
+def pod(cpu_req: int = 0, cpu_lim: int = 0, mem_req: int = 0, mem_lim: int = 0) -> PodDemand:
+    return PodDemand("ns", "p", "uid", False, cpu_req, cpu_lim, mem_req, mem_lim)
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def pod(cpu_req: int = 0, cpu_lim: int = 0, mem_req: int = 0, mem_lim: int = 0) 
         (pod(mem_req=100 * MiB, mem_lim=50 * MiB), (250, 70 * MiB)),
     ],
 )
-def test_estimate_usage(info: PodInfo, expected: tuple[int, int]) -> None:
+def test_estimate_usage(info: PodDemand, expected: tuple[int, int]) -> None:
     assert estimate_usage(info, Estimation()) == expected
 
 

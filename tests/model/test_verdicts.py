@@ -18,7 +18,7 @@ from ballast.extender.wire import ExtenderArgs
 from ballast.model.ledger import Ledger
 from ballast.model.load import check_node, projected_load, score_node
 from ballast.model.nodestate import NodeState, parse_node
-from ballast.model.podinfo import PodInfo
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy import load_policy
 from ballast.model.policy_store import PolicyStore
 from ballast.model.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, derive, judge
@@ -63,8 +63,8 @@ def make_load(name: str, spec: dict) -> NodeState:
     )
 
 
-def info(uid: str, cpu: int, mem: int) -> PodInfo:
-    return PodInfo("ns", uid, uid, False, cpu, cpu, mem, mem)
+def info(uid: str, cpu: int, mem: int) -> PodDemand:
+    return PodDemand("ns", uid, uid, False, cpu, cpu, mem, mem)
 
 
 @given(spec=node_st, estimates=estimates_st, pod=pod_st)

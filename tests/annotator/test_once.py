@@ -20,7 +20,7 @@ from ballast.model.policy import load_policy
 from ballast.testing.annotator import FailingPrometheus, add_node, annotations, bind_pod, node_patches, parse
 from ballast.testing.fakekube import FakeKube
 from ballast.testing.parts import POLICY_FILE
-from ballast.testing.prometheus import CountingProxy, PrometheusServer, Series
+from ballast.testing.prometheus import BackfillSeries, CountingProxy, PrometheusServer
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +50,15 @@ EXPECTED_SELECTOR = {
 }
 
 
-def dataset() -> list[Series]:
+def dataset() -> list[BackfillSeries]:
     series = []
     for i, metric in enumerate(METRICS):
         for _node, (_ip, forms) in NODES.items():
             for instance, base, extra in forms:
                 value = base if base != base or base < 0 else base + 1.111 * i  # NaN stays NaN
-                series.append(Series(metric, {"instance": instance, "job": "node", **extra}, value))
-        series.append(Series(metric, {"instance": "10.9.9.9:9100", "job": "node"}, 5.0))  # another cluster
+                series.append(BackfillSeries(metric, {"instance": instance, "job": "node", **extra}, value))
+        # another cluster
+        series.append(BackfillSeries(metric, {"instance": "10.9.9.9:9100", "job": "node"}, 5.0))
     return series
 
 

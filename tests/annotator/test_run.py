@@ -22,7 +22,7 @@ from ballast.contract.annotations import HOT_VALUE_KEY, read_sample
 from ballast.testing.annotator import add_node, annotations, bind_pod, node_patches, parse
 from ballast.testing.fakekube import FakeKube
 from ballast.testing.parts import ROOT, wait_for
-from ballast.testing.prometheus import PrometheusServer, Series, free_port
+from ballast.testing.prometheus import BackfillSeries, PrometheusServer, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ NODES = {"n1": "10.3.0.1", "n2": "10.3.0.2"}
 @pytest.fixture
 def prom(tmp_path: Path) -> Iterator[PrometheusServer]:
     series = [
-        Series(metric, {"instance": f"{ip}:9100"}, value + i)
+        BackfillSeries(metric, {"instance": f"{ip}:9100"}, value + i)
         for metric, value in LOAD.items()
         for i, ip in enumerate(NODES.values())
     ]

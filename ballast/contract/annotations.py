@@ -5,7 +5,7 @@ The format is crane-scheduler's, so Ballast and crane annotators are interchange
 deliberately forgiving in one direction only: anything that cannot be read becomes "no information"
 (``None``), never an exception, because a bad annotation must not reject a node or break a request.
 There is one reader, ``read_sample``, so the extender, the annotator and the agent judge the same text alike:
-a value above the sane cap or stamped in the future is no information, to all of them.
+a value above the sane cap, or stamped further ahead than the allowed clock skew, is no information to all.
 """
 
 from __future__ import annotations

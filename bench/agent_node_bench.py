@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from ballast.testing.realnode import (
         BURN,
         NodeAgent,
-        NodePool,
+        RealNodePool,
         busybox_pod,
         check_real_nodes,
         wait_running,
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     with ControlPlane() as cp:
         cp.kubectl("apply", "-f", str(ROOT / "scheduler_config" / "crd-nodeload.yaml"))
         cp.kubectl("wait", "--for=condition=Established", "crd/nodeloads.ballast.io", "--timeout=60s")
-        pool = NodePool(cp)
+        pool = RealNodePool(cp)
         try:
             node = pool.get(NODE)
             core = cp.core()

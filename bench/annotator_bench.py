@@ -41,7 +41,7 @@ from ballast.model.policy import load_policy
 from ballast.testing.annotator import add_node, stamp
 from ballast.testing.fakekube import FakeKube, make_pod
 from ballast.testing.parts import POLICY_FILE
-from ballast.testing.prometheus import CountingProxy, PrometheusServer, Series
+from ballast.testing.prometheus import BackfillSeries, CountingProxy, PrometheusServer
 
 POLICY = load_policy(POLICY_FILE)
 
@@ -58,12 +58,12 @@ def value(i: int, m: int) -> float:
     return round(5 + (i * 7 + m * 13) % 90 + (i % 1000) / 1000, 3)
 
 
-def dataset(nodes: int) -> list[Series]:
+def dataset(nodes: int) -> list[BackfillSeries]:
     out = []
     for m, metric in enumerate(POLICY.metrics):
         for i in range(nodes):
             instance = node_name(i) if i % 10 == 9 else f"{ip(i)}:9100"
-            out.append(Series(metric, {"instance": instance, "job": "node-exporter"}, value(i, m)))
+            out.append(BackfillSeries(metric, {"instance": instance, "job": "node-exporter"}, value(i, m)))
     return out
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from ballast.contract.annotations import CPU_USAGE_AVG_5M
 from ballast.model.estimation import estimate_usage
 from ballast.model.podinfo import pod_info
 from ballast.model.policy import load_policy
@@ -43,7 +44,7 @@ NODES = 20
 PODS = 100
 CPU_MILLI = 8000
 MEMORY = 32 << 30
-LIMIT_METRIC = "cpu_usage_avg_5m"
+LIMIT_METRIC = CPU_USAGE_AVG_5M
 
 
 def burst(prefix: str) -> list[dict]:

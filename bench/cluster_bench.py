@@ -51,6 +51,7 @@ from typing import Any
 import httpx
 import orjson
 
+from ballast.contract.annotations import CRANE_LOAD_METRICS
 from ballast.testing.controlplane import ControlPlane, node_body, pod_body, wait_until
 from bench.harness import ballast_cmd, echo_cmd, free_port, granian_cmd, serve_process
 
@@ -58,14 +59,6 @@ ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "scheduler_config" / "policy.yaml"
 SCHEDULER = "ballast-scheduler"
 MODES = ("none", "echo", "ballast", "echo-bind", "ballast-bind")
-METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
 
 
 def stamp() -> str:
@@ -75,7 +68,7 @@ def stamp() -> str:
 def annotations(usage: float) -> dict[str, str]:
     """Every policy metric at ``usage``, measured now (fresh for the metric's period + 5m)."""
     now = stamp()
-    return {m: f"{usage:.5f},{now}" for m in METRICS}
+    return {m: f"{usage:.5f},{now}" for m in CRANE_LOAD_METRICS}
 
 
 def scheduler_config(url: str | None, bind: bool) -> dict[str, Any]:

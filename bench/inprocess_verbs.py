@@ -18,6 +18,7 @@ import dataclasses
 import statistics
 import time
 
+from ballast.contract.annotations import CPU_USAGE_AVG_5M
 from ballast.extender.extender import Extender
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.wire import ExtenderArgs
@@ -45,7 +46,7 @@ def main() -> None:
     if args.prod_priority is not None:
         from ballast.model.pools import LimitEntry, ProdSettings
 
-        prod = ProdSettings(1000, (LimitEntry("cpu_usage_avg_5m", 0.5),))
+        prod = ProdSettings(1000, (LimitEntry(CPU_USAGE_AVG_5M, 0.5),))
         policy = dataclasses.replace(policy, prod=prod)
         body = dict(body, spec=dict(body["spec"], priority=args.prod_priority))
     if args.shadow:

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from ballast.contract.annotations import format_load
+from ballast.contract.annotations import CPU_USAGE_AVG_5M, format_load
 from ballast.testing.fakekube import FakeKube
 from bench.harness import Timing, ballast_cmd, echo_cmd, free_port, measure, measure_pair, serve
 from bench.nodes import make_nodes, pod
@@ -46,7 +46,7 @@ def _writer(fake: FakeKube, names: list[str], rate: float, stop: threading.Event
         fake.patch(
             "nodes",
             name,
-            {"metadata": {"annotations": {"cpu_usage_avg_5m": format_load(rng.random(), time.time())}}},
+            {"metadata": {"annotations": {CPU_USAGE_AVG_5M: format_load(rng.random(), time.time())}}},
         )
         done[0] += 1
         nxt += interval

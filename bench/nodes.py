@@ -14,21 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ballast.contract.annotations import format_hot_value, format_load
+from ballast.contract.annotations import CRANE_LOAD_METRICS, HOT_VALUE_KEY, format_hot_value, format_load
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_REQUEST = (
     ROOT / "tests" / "fixtures" / "kube-scheduler" / "full-nodes" / "01-filter-burstable-checkout-api.json"
 )
 """A real whole-node filter request (kube-scheduler v1.36.2): its nodes and pod are the templates."""
-METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
 
 
 def _templates() -> list[dict[str, Any]]:
@@ -57,10 +49,10 @@ def make_nodes(
         meta["labels"]["kubernetes.io/hostname"] = name
         ann = meta.setdefault("annotations", {})
         hot = rng.random() < hot_fraction
-        for m in METRICS:
+        for m in CRANE_LOAD_METRICS:
             value = rng.uniform(0.70, 0.95) if hot else rng.uniform(0.10, 0.55)
             ann[m] = format_load(value, now - rng.uniform(0, 120))
-        ann["node_hot_value"] = format_hot_value(rng.choice((0, 0, 0, 1, 2)), now - 30)
+        ann[HOT_VALUE_KEY] = format_hot_value(rng.choice((0, 0, 0, 1, 2)), now - 30)
         for addr in node["status"].get("addresses", []):
             if addr["type"] == "InternalIP":
                 addr["address"] = f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}"

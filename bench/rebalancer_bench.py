@@ -34,7 +34,7 @@ import random
 import time
 from typing import Any
 
-from ballast.contract.annotations import format_load
+from ballast.contract.annotations import CPU_USAGE_AVG_5M, MEM_USAGE_AVG_5M, format_load
 from ballast.model.policy import parse_policy
 from ballast.rebalancer.cache import NodeCache, PodCache
 from ballast.rebalancer.evictor import Evictor
@@ -61,8 +61,8 @@ def cluster(nodes: int, per_node: int, seed: int = 7) -> tuple[list[dict], list[
         name = f"node-{i:05d}"
         node_objs.append({
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
-                         "annotations": {"cpu_usage_avg_5m": format_load(load, stamp),
-                                         "mem_usage_avg_5m": format_load(0.3, stamp)}},
+                         "annotations": {CPU_USAGE_AVG_5M: format_load(load, stamp),
+                                         MEM_USAGE_AVG_5M: format_load(0.3, stamp)}},
             "spec": {},
             "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}},
         })  # fmt: skip

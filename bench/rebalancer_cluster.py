@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from ballast.contract.annotations import CPU_USAGE_AVG_5M
 from ballast.testing.parts import POLICY_FILE
 
 
@@ -35,7 +36,7 @@ class CountingKube:
 def policy_text(per_cycle: int) -> str:
     doc = yaml.safe_load(POLICY_FILE.read_text())
     doc["spec"]["rebalance"] = {
-        "thresholds": [{"name": "cpu_usage_avg_5m", "high": 0.80, "low": 0.45}],
+        "thresholds": [{"name": CPU_USAGE_AVG_5M, "high": 0.80, "low": 0.45}],
         "consecutiveAbnormal": 1,
         "limits": {"perCycle": per_cycle, "perNamespace": per_cycle, "perNode": 2},
     }

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from ballast.contract.annotations import format_load
+from ballast.contract.annotations import CPU_USAGE_AVG_5M, MEM_USAGE_AVG_5M, format_load
 from ballast.kube.client import Kube, Reflector
 from ballast.model.policy import parse_policy
 from ballast.rebalancer.cache import NodeCache, PodCache
@@ -126,8 +126,8 @@ def node(i: int, load: float) -> dict[str, Any]:
                      "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                 "kubernetes.io/arch": "amd64", "topology.kubernetes.io/zone": f"zone-{i % 3}",
                                 "node.kubernetes.io/instance-type": "m6i.4xlarge"},
-                     "annotations": {"cpu_usage_avg_5m": format_load(load, NOW - 30),
-                                     "mem_usage_avg_5m": format_load(0.3, NOW - 30),
+                     "annotations": {CPU_USAGE_AVG_5M: format_load(load, NOW - 30),
+                                     MEM_USAGE_AVG_5M: format_load(0.3, NOW - 30),
                                      "node.alpha.kubernetes.io/ttl": "0",
                                      "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
                      "managedFields": [{"manager": "kubelet", "operation": "Update", "time": STAMP,

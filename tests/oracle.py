@@ -21,13 +21,13 @@ from ballast.extender.extender import _FEW_TIED
 from ballast.extender.wire import filter_result
 from ballast.model.ledger import Ledger
 from ballast.model.load import check_node, projected_load, relative_scores, score_node
-from ballast.model.nodestate import NodeLoad
-from ballast.model.podinfo import PodInfo, pod_info
+from ballast.model.nodestate import NodeState
+from ballast.model.podinfo import PodDemand, pod_info
 from ballast.model.policy import Policy
 
 
 class Oracle:
-    def __init__(self, loads: Mapping[str, NodeLoad], policy: Policy, now: float) -> None:
+    def __init__(self, loads: Mapping[str, NodeState], policy: Policy, now: float) -> None:
         self.loads = loads
         """The nodes by name, read at every call (a test may change them between pods)."""
         self.policy = policy
@@ -86,7 +86,7 @@ class Oracle:
         self._hold(pod, names, scores)
         return [{"Host": name, "Score": score} for name, score in zip(names, scores, strict=True)]
 
-    def _hold(self, pod: PodInfo, names: list[str], scores: list[int]) -> None:
+    def _hold(self, pod: PodDemand, names: list[str], scores: list[int]) -> None:
         """Hold the estimate on the best score; among a few tied, on the one with the fewest estimates of
         other pods (kube-scheduler's request-based plugins favour it), the first of those."""
         if not names or pod.daemonset:

@@ -25,7 +25,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ballast.contract.annotations import parse_timestamp
+from ballast.contract.times import parse_rfc3339
 from ballast.model.hot_value import Binding, binding_from_pod, hot_value_of
 from ballast.model.policy import HotValueWindow
 
@@ -74,7 +74,7 @@ def binding_from_event(event: Mapping[str, Any]) -> Binding | None:
         event.get("lastTimestamp"),
         meta.get("creationTimestamp"),
     ):
-        if isinstance(stamp, str) and (when := parse_timestamp(stamp)) is not None:
+        if (when := parse_rfc3339(stamp)) is not None:
             break
     if when is None:
         return None

@@ -25,9 +25,11 @@ from datetime import tzinfo
 from ballast.contract.annotations import (
     HOT_VALUE_KEY,
     HOT_VALUE_VALID_SECONDS,
+    MAX_HOT_VALUE,
     format_hot_value,
     format_load,
-    parse_sample,
+    fresh,
+    read_sample,
 )
 from ballast.model.load_source import LOAD_SOURCE_KEY
 
@@ -93,8 +95,11 @@ class PatchPlanner:
         ``hot``: this cycle's hot value, or ``None`` when the policy has no hot-value windows."""
         changed: list[str] = []
         needed = False
+        zone = self.legacy_zone
         for key, ratio in loads.items():
-            old = parse_sample(current.get(key), self.legacy_zone)
+            # Read as written (not strict): the question is whether the node already carries this text
+            # with a stamp that outlives the next sync; a stamp ahead is rewritten below.
+            old, _ = read_sample(current.get(key), now, legacy_zone=zone, strict=False)
             if old is None or ratio_text(old.value) != ratio_text(ratio):
                 changed.append(key)
                 needed = True
@@ -105,9 +110,10 @@ class PatchPlanner:
                 needed = True
         hot_needed = False
         if hot is not None:
-            old = parse_sample(current.get(HOT_VALUE_KEY), self.legacy_zone)
-            fresh = old is not None and old.is_fresh(now, HOT_VALUE_VALID_SECONDS)
-            reads_now = int(old.value) if fresh and old is not None else 0
+            # Read as the extender reads it: a value it refuses (stamped ahead, above the cap) reads as 0.
+            old, _ = read_sample(current.get(HOT_VALUE_KEY), now, legacy_zone=zone, cap=MAX_HOT_VALUE)
+            counted = fresh(old, HOT_VALUE_VALID_SECONDS, now)
+            reads_now = int(counted.value) if counted is not None else 0
             if hot != reads_now:
                 changed.append(HOT_VALUE_KEY)
                 hot_needed = True

@@ -1,8 +1,11 @@
-"""Node load annotations: ``"<value>,<timestamp>"`` parsing, formatting and freshness.
+"""Node load annotations: crane's metric names (the keys), ``"<value>,<timestamp>"`` parsing, formatting and
+freshness.
 
 The format is crane-scheduler's, so Ballast and crane annotators are interchangeable. Parsing is
 deliberately forgiving in one direction only: anything that cannot be read becomes "no information"
 (``None``), never an exception, because a bad annotation must not reject a node or break a request.
+There is one reader, ``read_sample``, so the extender, the annotator and the agent judge the same text alike:
+a value above the sane cap, or stamped further ahead than the allowed clock skew, is no information to all.
 """
 
 from __future__ import annotations
@@ -13,6 +16,24 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from ballast.contract.times import format_rfc3339, parse_rfc3339
+
+CPU_USAGE_AVG_5M = "cpu_usage_avg_5m"
+CPU_USAGE_MAX_AVG_1H = "cpu_usage_max_avg_1h"
+CPU_USAGE_MAX_AVG_1D = "cpu_usage_max_avg_1d"
+MEM_USAGE_AVG_5M = "mem_usage_avg_5m"
+MEM_USAGE_MAX_AVG_1H = "mem_usage_max_avg_1h"
+MEM_USAGE_MAX_AVG_1D = "mem_usage_max_avg_1d"
+CRANE_LOAD_METRICS = (
+    CPU_USAGE_AVG_5M,
+    CPU_USAGE_MAX_AVG_1H,
+    CPU_USAGE_MAX_AVG_1D,
+    MEM_USAGE_AVG_5M,
+    MEM_USAGE_MAX_AVG_1H,
+    MEM_USAGE_MAX_AVG_1D,
+)
+"""crane's recording-rule names for node load, the keys of its load annotations: what the agent measures and
+what the annotator queries by default. The names are the contract with the extender and with crane tooling;
+this is their one home (the policy files and docs spell them out for people)."""
 
 HOT_VALUE_KEY = "node_hot_value"
 HOT_VALUE_VALID_SECONDS = 300.0
@@ -33,7 +54,7 @@ _LEGACY = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class LoadSample:
     """One parsed annotation: the value and when it was measured (Unix seconds)."""
 
     value: float
@@ -59,9 +80,9 @@ class Sample:
         return self.timestamp + valid_for > now
 
 
-def fresh(sample: Sample | None, valid_for: float, now: float) -> Sample | None:
+def fresh(sample: LoadSample | None, valid_for: float, now: float) -> LoadSample | None:
     """``sample`` while it counts, else ``None`` (missing and stale are both no information). The rule is
-    ``Sample.is_fresh``, written out: a node's recomputation asks this some thirty times."""
+    ``LoadSample.is_fresh``, written out: a node's recomputation asks this some thirty times."""
     return sample if sample is not None and sample.timestamp + valid_for > now else None
 
 
@@ -85,34 +106,26 @@ def parse_timestamp(text: str, legacy_zone: tzinfo | None = None) -> float | Non
     return parse_rfc3339(s)
 
 
-def parse_sample(raw: object, legacy_zone: tzinfo | None = None) -> Sample | None:
-    """Parse ``"<value>,<timestamp>"``; ``None`` for missing, malformed, NaN, infinite or negative values."""
-    if not isinstance(raw, str):
-        return None
-    value_text, sep, stamp = raw.partition(",")
-    if not sep:
-        return None
-    try:
-        value = float(value_text)
-    except ValueError:
-        return None
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        return None
-    ts = parse_timestamp(stamp, legacy_zone)
-    if ts is None:
-        return None
-    return Sample(value, ts)
-
-
 def read_sample(
-    raw: object, legacy_zone: tzinfo | None, now: float, cap: float
-) -> tuple[Sample | None, str | None]:
-    """Parse one annotation for the extender: ``(sample, None)``, ``(None, None)`` when it is absent, or
-    ``(None, reason)`` when it is there but cannot be a measurement.
+    raw: object,
+    now: float,
+    *,
+    legacy_zone: tzinfo | None = None,
+    cap: float = MAX_LOAD_RATIO,
+    strict: bool = True,
+) -> tuple[LoadSample | None, str | None]:
+    """Read one annotation value, the one reader every program uses: ``(sample, None)``, ``(None, None)``
+    when it is absent, or ``(None, reason)`` when it is there but cannot be a measurement.
 
-    A bad value is "no information" for that node and metric only; the reason is kept so ``/nodes`` can
-    show it and the extender can count it. ``cap`` is the largest sane value (``MAX_LOAD_RATIO`` or
-    ``MAX_HOT_VALUE``): anything the score and filter arithmetic cannot take safely is refused here.
+    Malformed text, a value that is not a finite non-negative number and a timestamp that is not RFC 3339
+    with an offset (or, with ``legacy_zone``, crane's legacy form) are never a measurement. ``strict`` (every
+    reader that decides whether a value counts: the extender, a writer asking whether another writer's
+    values are fresh) also refuses a value above ``cap``, the largest sane one (``MAX_LOAD_RATIO`` or
+    ``MAX_HOT_VALUE``: anything the score and filter arithmetic cannot take safely), and a timestamp more
+    than ``MAX_FUTURE_SECONDS`` ahead of ``now`` (it would stay fresh for as long as it is ahead).
+    ``strict=False`` is for a writer comparing what it would write with what is there, never for judging
+    whether a value counts. A bad value is "no information" for that node and metric only; the reason is
+    kept so ``/nodes`` can show it and the extender can count it.
     """
     if raw is None:
         return None, None
@@ -129,14 +142,14 @@ def read_sample(
         return None, f"value {value_text[:40]!r} is not a finite number"
     if value < 0:
         return None, f"value {value:g} is negative"
-    if value > cap:
+    if strict and value > cap:
         return None, f"value {value:g} is above the sane maximum {cap:g}"
     ts = parse_timestamp(stamp, legacy_zone)
     if ts is None:
         return None, f"timestamp {stamp[:40]!r} is not RFC 3339 with an offset"
-    if ts > now + MAX_FUTURE_SECONDS:
+    if strict and ts > now + MAX_FUTURE_SECONDS:
         return None, f"timestamp {stamp[:40]!r} is more than {MAX_FUTURE_SECONDS:g}s in the future"
-    return Sample(value, ts, now if ts > now else None), None
+    return LoadSample(value, ts, now if ts > now else None), None
 
 
 def format_timestamp(when: float) -> str:

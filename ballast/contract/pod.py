@@ -12,8 +12,10 @@
   is ``ballast.contract.exclusive``'s call).
 - Whether a DaemonSet controls the pod (``is_daemonset_pod``: its controller ownerReference, the rule
   the kubelet and kube-scheduler use); the extender neither estimates nor NUMA-places those pods.
+- When the pod was bound to its node (``bound_at``): the one rule the extender's estimates, the rebalancer
+  and the hot value (annotator and agent) date a placement by.
 
-Everything here is pure and never raises on a malformed pod: problems are recorded on ``PodInfo`` and the
+Everything here is pure and never raises on a malformed pod: problems are recorded on ``KubeletPod`` and the
 affected containers simply do not qualify.
 """
 
@@ -27,6 +29,7 @@ from typing import Any
 
 from ballast.contract.quantity import QuantityError, parse_quantity
 from ballast.contract.seal import SEAL_ANNOTATION
+from ballast.contract.times import parse_rfc3339
 from ballast.contract.topology_result import (
     CPU_POLICY_ANNOTATION,
     TOPOLOGY_RESULT_ANNOTATION,
@@ -39,8 +42,9 @@ __all__ = [
     "ContainerInfo",
     "ContainerKind",
     "ContainerStatus",
-    "PodInfo",
+    "KubeletPod",
     "QOSClass",
+    "bound_at",
     "compute_qos",
     "is_daemonset_pod",
     "parse_pod",
@@ -80,7 +84,11 @@ class ContainerStatus:
 
 
 @dataclass(frozen=True)
-class PodInfo:
+class KubeletPod:
+    """A pod as the kubelet reads it (``parse_pod``): QoS, containers and their exclusive CPUs, statuses,
+    the topology result. What the load model reads of a pod (requests and limits) is
+    ``ballast.model.podinfo.PodDemand``."""
+
     uid: str
     namespace: str
     name: str
@@ -250,8 +258,37 @@ def is_daemonset_pod(meta: Any) -> bool:
     )
 
 
-def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
-    """Read a pod's JSON (as the API server sends it) into a ``PodInfo``; never raises on bad content."""
+def bound_at(pod: Any) -> float | None:
+    """When the pod was bound to its node, in Unix seconds; ``None`` when no time can be read. Never raises.
+
+    The ``lastTransitionTime`` of its first ``PodScheduled`` condition with status ``True`` (the API server
+    sets it when it binds the pod). Without one that reads, the pod's ``creationTimestamp``: a pod created
+    with ``spec.nodeName`` set was bound when it was created. Both are read by the one time parser
+    (``ballast.contract.times``), so a time without an offset is no time. Whether the pod is bound at all
+    (``spec.nodeName``) is the caller's question.
+    """
+    if not isinstance(pod, Mapping):
+        return None
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if isinstance(conditions, list):
+        for cond in conditions:
+            if (
+                not isinstance(cond, Mapping)
+                or cond.get("type") != "PodScheduled"
+                or cond.get("status") != "True"
+            ):
+                continue
+            when = parse_rfc3339(cond.get("lastTransitionTime"))
+            if when is not None:
+                return when
+            break
+    meta = pod.get("metadata")
+    return parse_rfc3339(meta.get("creationTimestamp")) if isinstance(meta, Mapping) else None
+
+
+def parse_pod(pod: Mapping[str, Any]) -> KubeletPod:
+    """Read a pod's JSON (as the API server sends it) into a ``KubeletPod``; never raises on bad content."""
     problems: list[str] = []
     meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
     spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
@@ -302,7 +339,7 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
         value = mapping.get(key)
         return value if isinstance(value, str) else ""
 
-    return PodInfo(
+    return KubeletPod(
         uid=text(meta, "uid"),
         namespace=text(meta, "namespace"),
         name=text(meta, "name"),

@@ -1,5 +1,6 @@
 """RFC 3339 timestamps as Ballast writes and reads them: one formatter and one total parser, so the load
-annotations, the NodeLoad status and the rebalancer's Events and views cannot disagree on the form.
+annotations, the NodeLoad status, a pod's bind time (``ballast.contract.pod.bound_at``) and the rebalancer's
+Events and views cannot disagree on the form.
 
 Ballast writes UTC at second precision (``2026-11-22T07:00:00Z``). It reads any offset, ``Z`` or ``z``, and
 fractions; a time without an offset is ambiguous and reads as ``None``, as does anything that is not a time.

@@ -1,9 +1,9 @@
 """The extender's view of the cluster, kept current by watches: nodes, and pods bound to nodes.
 
 Everything a request needs is parsed when an event arrives: annotations into samples, allocatable into
-integers, pod resources into ``PodInfo``. A names-mode request then costs one dict lookup per node.
+integers, pod resources into ``PodDemand``. A names-mode request then costs one dict lookup per node.
 Pod events also feed the estimation ledger: a pod newly bound to a node (by Ballast or by anyone) is
-recorded at its ``PodScheduled`` time, and a deleted or finished pod leaves at once.
+recorded at its bind time (``ballast.contract.pod.bound_at``), and a deleted or finished pod leaves at once.
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from cachetools import TTLCache
 
 from ballast.contract.exclusive import DEFAULT_SCHEDULERS
 from ballast.contract.nrt import COMMUNITY_NRT_PATH, NRT_PATH
-from ballast.contract.pod import PodInfo as AgentPod
-from ballast.contract.pod import parse_pod
+from ballast.contract.pod import KubeletPod, bound_at, parse_pod
 from ballast.contract.seal import SEAL_ANNOTATION, verify
 from ballast.contract.topology_result import TOPOLOGY_RESULT_ANNOTATION
 from ballast.extender.numa.community import Malformed
@@ -32,8 +30,8 @@ from ballast.extender.numa.crane import NodeTopology, ZoneUsage, exclusive_zones
 from ballast.kube.client import WATCH_STALL_SECONDS, Kube, Reflector
 from ballast.model.bad_request import BadRequest
 from ballast.model.ledger import Ledger
-from ballast.model.nodestate import NodeLoad, parse_node
-from ballast.model.podinfo import PodInfo, read_pod
+from ballast.model.nodestate import NodeState, parse_node
+from ballast.model.podinfo import PodDemand, read_pod
 from ballast.model.policy_store import PolicyStore
 
 log = logging.getLogger("ballast.cache")
@@ -54,11 +52,11 @@ class PodRecord:
     namespace: str
     name: str
     node: str
-    info: PodInfo | None
+    info: PodDemand | None
     scheduled_at: float | None
     annotations: Mapping[str, str]
     scheduler: str
-    spec: AgentPod | None = None
+    spec: KubeletPod | None = None
     """The pod as the agent reads it (QoS, exclusive CPUs, topology result), for NUMA zone usage; kept only
     for pods with a topology result (``pod_record``)."""
 
@@ -84,15 +82,6 @@ def _slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rfc3339(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     """The pod as the cache keeps it. The agent's reading of the pod (``spec``) is kept only for a pod with
     a topology result: zone usage counts no other pod, and reading the containers again for each of them
@@ -103,7 +92,7 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     if not uid:
         return None
     try:
-        info: PodInfo | None = read_pod(pod)
+        info: PodDemand | None = read_pod(pod)
     except BadRequest as exc:
         log.warning(
             "pod %s/%s has unreadable resources (%s); no estimate",
@@ -112,10 +101,6 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
             exc,
         )
         info = None
-    scheduled = None
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            scheduled = _rfc3339(cond.get("lastTransitionTime"))
     annotations = meta.get("annotations") or {}
     return PodRecord(
         uid=str(uid),
@@ -123,7 +108,7 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
         name=str(meta.get("name") or ""),
         node=str(spec.get("nodeName") or ""),
         info=info,
-        scheduled_at=scheduled,
+        scheduled_at=bound_at(pod),
         annotations=dict(annotations),
         scheduler=str(spec.get("schedulerName") or ""),
         spec=parse_pod(pod) if TOPOLOGY_RESULT_ANNOTATION in annotations else None,
@@ -177,7 +162,7 @@ class _Nodes:
         for cb in self.cache.node_listeners:
             cb(event_type, obj)
 
-    def _read(self, obj: Mapping[str, Any], policy: Any) -> tuple[dict[str, Any], NodeLoad]:
+    def _read(self, obj: Mapping[str, Any], policy: Any) -> tuple[dict[str, Any], NodeState]:
         slim = _slim_node(obj)
         return slim, self.cache.parse(slim, policy)
 
@@ -310,7 +295,7 @@ class ClusterCache:
         stall_seconds: float = WATCH_STALL_SECONDS,
         clock: Callable[[], float] = time.time,
         assume_ttl: float = 300.0,
-        on_bad: Callable[[NodeLoad], None] | None = None,
+        on_bad: Callable[[NodeState], None] | None = None,
         allowed_schedulers: Iterable[str] = DEFAULT_SCHEDULERS,
         result_key: bytes | None = None,
         community_assume_ttl: float = 120.0,
@@ -327,7 +312,7 @@ class ClusterCache:
         self.ledger = ledger
         self.clock = clock
         self.lock = threading.Lock()
-        self.nodes: dict[str, NodeLoad] = {}
+        self.nodes: dict[str, NodeState] = {}
         self.raw_nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, PodRecord] = {}
         self.pods_by_node: dict[str, set[str]] = {}
@@ -439,13 +424,13 @@ class ClusterCache:
 
     # -- NodeSource ------------------------------------------------------------------------------
 
-    def node(self, name: str) -> NodeLoad | None:
+    def node(self, name: str) -> NodeState | None:
         return self.nodes.get(name)
 
     def node_names(self) -> Iterable[str]:
         return list(self.nodes)
 
-    def pod(self, uid: str) -> PodInfo | None:
+    def pod(self, uid: str) -> PodDemand | None:
         r = self.pods.get(uid)
         return r.info if r is not None else None
 
@@ -563,7 +548,7 @@ class ClusterCache:
         if self.ledger is not None:
             self.ledger.forget(uid)
 
-    def parse(self, slim: Mapping[str, Any], policy: Any) -> NodeLoad:
+    def parse(self, slim: Mapping[str, Any], policy: Any) -> NodeState:
         """Parse a node as of now, reporting bad annotations."""
         load = parse_node(slim, policy, self.clock())
         if (load.bad or load.ahead) and self.on_bad is not None:

@@ -24,12 +24,12 @@ from ballast.model.load import (
     resource_loads,
     score_node,
 )
-from ballast.model.nodestate import NodeLoad
-from ballast.model.podinfo import PodInfo, pod_info
+from ballast.model.nodestate import NodeState
+from ballast.model.podinfo import PodDemand, pod_info
 from ballast.model.policy import Policy
 from ballast.model.thresholds import THRESHOLDS_ANNOTATION
 
-PLAIN_POD = PodInfo("", "", "", False, 0, 0, 0, 0)
+PLAIN_POD = PodDemand("", "", "", False, 0, 0, 0, 0)
 """What /nodes judges with: a pod that requests nothing (so it is estimated at the policy defaults)."""
 
 PROJECTED_DIGITS = 6
@@ -38,7 +38,7 @@ digits would show only float noise (``1.2825000000029103``)."""
 
 
 def _metric_views(
-    load: NodeLoad, policy: Policy, now: float, extra: dict[str, float]
+    load: NodeState, policy: Policy, now: float, extra: dict[str, float]
 ) -> list[dict[str, Any]]:
     out = []
     for metric in policy.sync_periods:
@@ -64,7 +64,7 @@ def _metric_views(
     return out
 
 
-def explain_node(ext: Extender, load: NodeLoad, pod: PodInfo, now: float) -> dict[str, Any]:
+def explain_node(ext: Extender, load: NodeState, pod: PodDemand, now: float) -> dict[str, Any]:
     """Everything that went into one node's verdict and score for ``pod``: the body of /nodes and /explain."""
     policy = ext.store.current
     incoming = ext.incoming(pod, now)
@@ -124,7 +124,7 @@ def _community(ext: Extender, node: str, demand: Any) -> dict[str, Any]:
     return {} if view is None else {"numaCommunity": view}
 
 
-def _limits_view(load: NodeLoad, policy: Policy) -> dict[str, Any]:
+def _limits_view(load: NodeState, policy: Policy) -> dict[str, Any]:
     """The node's effective limits and weights, each with where it came from (global, pool NAME, node,
     prod, pool NAME prod), and the thresholds annotation's problem when it was ignored."""
     view = (load.limits or policy.limits).to_json()
@@ -238,7 +238,7 @@ def explain(
     )
     unknown_note = "not in the cache: no information, passes and scores 0"
     if nodes is not None:
-        loads: list[tuple[str, NodeLoad | None]] = [
+        loads: list[tuple[str, NodeState | None]] = [
             (n["metadata"]["name"], ext.peek_object(n, policy)) for n in nodes
         ]
     elif ext.source is None and names is not None:

@@ -23,8 +23,8 @@ from ballast.model.bad_request import BadRequest
 from ballast.model.estimation import Estimate, estimate_usage
 from ballast.model.ledger import Ledger
 from ballast.model.load import Rejection, check_node, projected_load, relative_scores, score_node
-from ballast.model.nodestate import NodeLoad, parse_node
-from ballast.model.podinfo import PodInfo, pod_info, read_pod
+from ballast.model.nodestate import NodeState, parse_node
+from ballast.model.podinfo import PodDemand, pod_info, read_pod
 from ballast.model.policy import Policy
 from ballast.model.policy_store import PolicyStore
 from ballast.model.pools import MODES
@@ -40,11 +40,11 @@ class NodeSource(Protocol):
     node_listeners: list[Callable[[str, dict[str, Any] | None], None]]
     """Told of every node event (``None`` after a relist), so the verdict board follows the watch."""
 
-    def node(self, name: str) -> NodeLoad | None: ...
+    def node(self, name: str) -> NodeState | None: ...
 
     def node_names(self) -> Iterable[str]: ...
 
-    def pod(self, uid: str) -> PodInfo | None: ...
+    def pod(self, uid: str) -> PodDemand | None: ...
 
     def topology(self, node: str) -> NodeTopology | None: ...
 
@@ -132,7 +132,7 @@ class Extender:
         entry = self.board.projection.get(node)
         return None if entry is None else with_pod(entry, cpu_milli, memory_bytes)
 
-    def _new_board(self, lookup: Callable[[str], NodeLoad | None], deferrable: bool = False) -> VerdictBoard:
+    def _new_board(self, lookup: Callable[[str], NodeState | None], deferrable: bool = False) -> VerdictBoard:
         """A verdict board over ``lookup``'s nodes that follows the ledger's estimates; a ``deferrable``
         one takes in what a verb run by ``answering`` changes only at ``settle``."""
         board = VerdictBoard(lookup, lambda: self.store.current, self.ledger)
@@ -181,7 +181,7 @@ class Extender:
 
     # -- node lookup --------------------------------------------------------------------------------
 
-    def _from_object(self, node: dict[str, Any], policy: Policy) -> NodeLoad:
+    def _from_object(self, node: dict[str, Any], policy: Policy) -> NodeState:
         """Parse a whole Node once per resourceVersion, so full-node requests do not re-parse."""
         meta = node["metadata"]
         rv = meta.get("resourceVersion")
@@ -195,7 +195,7 @@ class Extender:
             self.request_board.update((*self._parsed.drain_forgotten(), load.name), self.clock())
         return load
 
-    def peek_object(self, node: dict[str, Any], policy: Policy) -> NodeLoad:
+    def peek_object(self, node: dict[str, Any], policy: Policy) -> NodeState:
         """``_from_object`` without remembering anything: what /explain reads (it must not write)."""
         meta = node["metadata"]
         rv = meta.get("resourceVersion")
@@ -204,7 +204,7 @@ class Extender:
             load = parse_node(node, policy, self.clock())
         return load
 
-    def _from_name(self, name: str) -> NodeLoad | None:
+    def _from_name(self, name: str) -> NodeState | None:
         if self.source is None:
             return None
         load = self.source.node(name)
@@ -229,7 +229,7 @@ class Extender:
             name[:253],
         )
 
-    def known_node(self, name: str) -> NodeLoad | None:
+    def known_node(self, name: str) -> NodeState | None:
         """A node from the cache, else from a recent whole-node request that carried it (for /nodes only:
         filter in names mode without a cache does not use these, so neither does /explain)."""
         if self.source is not None:
@@ -250,10 +250,10 @@ class Extender:
                 "node cache (start it with --kubeconfig or in a cluster): every node passes unscored"
             )
 
-    def incoming(self, pod: PodInfo, now: float) -> Estimate | None:
+    def incoming(self, pod: PodDemand, now: float) -> Estimate | None:
         return None if pod.daemonset else self.ledger.incoming(pod, now)
 
-    def extra(self, load: NodeLoad, now: float, incoming: Estimate | None, skip: str = ""):
+    def extra(self, load: NodeState, now: float, incoming: Estimate | None, skip: str = ""):
         return self.ledger.extra(load, now, incoming, skip=skip or None)
 
     # -- verbs --------------------------------------------------------------------------------------
@@ -314,8 +314,8 @@ class Extender:
     def _filter_from_board(
         self,
         board: VerdictBoard,
-        lookup: Callable[[str], NodeLoad | None],
-        pod: PodInfo,
+        lookup: Callable[[str], NodeState | None],
+        pod: PodDemand,
         names: list[str],
         incoming: Estimate | None,
         policy: Policy,
@@ -352,12 +352,12 @@ class Extender:
             child = self._rejected_children[metric] = self.metrics.rejected.labels(metric)
         return child
 
-    def _own_node(self, pod: PodInfo) -> str | None:
+    def _own_node(self, pod: PodDemand) -> str | None:
         """The node holding this pod's own estimate (kube-scheduler asks again after a failed attempt)."""
         own = self.ledger.known(pod.uid) if pod.uid else None
         return own.node if own is not None else None
 
-    def _scored_exactly(self, pod: PodInfo, names: list[str], entries: Sequence[object | None]) -> set[str]:
+    def _scored_exactly(self, pod: PodDemand, names: list[str], entries: Sequence[object | None]) -> set[str]:
         """The candidates prioritize scores by the definition, not from the board: the node holding this
         pod's own estimate (its hold must not count against it) and the names whose board ``entries``
         are ``None`` (the board lacks them; pass no entries when it has them all)."""
@@ -366,7 +366,7 @@ class Extender:
             exact.add(own)
         return exact
 
-    def _hold_single(self, pod: PodInfo, passing: list[str], now: float) -> None:
+    def _hold_single(self, pod: PodDemand, passing: list[str], now: float) -> None:
         """With one feasible node kube-scheduler skips prioritize: hold the estimate here instead."""
         if len(passing) == 1:
             self._hold_best(pod, passing, [0], now)
@@ -409,7 +409,7 @@ class Extender:
             self.board, self._from_name, args.pod, pod, names, policy, now, encoded
         )
 
-    def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
+    def _hold_best(self, pod: PodDemand, names: list[str], scores: list[int], now: float) -> None:
         """kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most likely
         get, the best-scoring candidate, so the next pod's filter and prioritize see it there before the
         bind arrives. kube-scheduler breaks a tie between equal scores by its own plugins, whose
@@ -428,9 +428,9 @@ class Extender:
     def _prioritize_from_board(
         self,
         board: VerdictBoard,
-        lookup: Callable[[str], NodeLoad | None],
+        lookup: Callable[[str], NodeState | None],
         pod_obj: dict[str, Any],
-        pod: PodInfo,
+        pod: PodDemand,
         names: list[str],
         policy: Policy,
         now: float,
@@ -473,9 +473,9 @@ class Extender:
     def _relative_from_board(
         self,
         board: VerdictBoard,
-        lookup: Callable[[str], NodeLoad | None],
+        lookup: Callable[[str], NodeState | None],
         pod_obj: dict[str, Any],
-        pod: PodInfo,
+        pod: PodDemand,
         names: list[str],
         policy: Policy,
         now: float,
@@ -514,9 +514,9 @@ class Extender:
 
     def _exact_load(
         self,
-        lookup: Callable[[str], NodeLoad | None],
+        lookup: Callable[[str], NodeState | None],
         name: str,
-        pod: PodInfo,
+        pod: PodDemand,
         policy: Policy,
         now: float,
         incoming: Estimate | None,
@@ -529,7 +529,7 @@ class Extender:
         return projected_load(load, policy, now, self.extra(load, now, None, skip=pod.uid), _size(incoming))
 
     def _exact_score(
-        self, lookup: Callable[[str], NodeLoad | None], name: str, pod: PodInfo, policy: Policy, now: float
+        self, lookup: Callable[[str], NodeState | None], name: str, pod: PodDemand, policy: Policy, now: float
     ) -> int:
         """The score by the definition (``score_node``), not counting the pod's own held estimate; 0 for a
         node Ballast does not know (no information)."""
@@ -591,7 +591,7 @@ class Extender:
                 raise BadRequest(f"{field}[{i}]", "expected an object")
             if full:
                 try:
-                    info: PodInfo | None = pod_info(p)
+                    info: PodDemand | None = pod_info(p)
                 except BadRequest as exc:
                     raise BadRequest(f"{field}[{i}].{exc.field.removeprefix('Pod.')}", exc.reason) from exc
                 uid = info.uid if info else ""

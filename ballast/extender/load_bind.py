@@ -22,7 +22,7 @@ from ballast.model.bad_request import BadRequest
 from ballast.model.estimation import Estimate, estimate_usage
 from ballast.model.ledger import Ledger
 from ballast.model.load import check_node
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 from ballast.model.podinfo import pod_info
 from ballast.model.policy_store import PolicyStore
 
@@ -33,7 +33,7 @@ class LoadPreBind:
         kube: AsyncKube,
         ledger: Ledger,
         store: PolicyStore,
-        lookup: Callable[[str], NodeLoad | None],
+        lookup: Callable[[str], NodeState | None],
         clock: Callable[[], float],
         on_refused: Callable[[str], None] = lambda metric: None,
         on_shadow_refused: Callable[[str], None] = lambda metric: None,

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 
 from ballast.contract.annotations import HOT_VALUE_KEY
 from ballast.extender.shadow import EXCESS_BUCKETS
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 from ballast.model.policy import Policy
 from ballast.model.policy_store import policy_reload_metrics
 
@@ -151,7 +151,7 @@ class ExtenderMetrics:
         for agreed in ("true", "false"):
             self.shadow_choices.labels(agreed)
 
-    def count_bad(self, load: NodeLoad) -> None:
+    def count_bad(self, load: NodeState) -> None:
         """Count a parsed node's bad annotations (called once per parse, i.e. per node change)."""
         for metric in load.bad:
             self.bad_annotations.labels(metric).inc()

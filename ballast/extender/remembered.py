@@ -13,7 +13,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 
 REMEMBER_SECONDS = 600.0
 """A node not sent again for this long is forgotten (kube-scheduler sends every feasible node per pod)."""
@@ -21,7 +21,7 @@ REMEMBER_CAP = 20_000
 """At most this many nodes: above Kubernetes' tested 5 000-node limit, so one request always fits."""
 
 
-class RememberedNodes(TTLCache[str, NodeLoad]):
+class RememberedNodes(TTLCache[str, NodeState]):
     """A TTL + size bounded map of node name to parse that records which names it dropped, so the verdict
     board built over it can drop them too (``drain_forgotten``) outside the cache's own bookkeeping."""
 
@@ -29,12 +29,12 @@ class RememberedNodes(TTLCache[str, NodeLoad]):
         super().__init__(maxsize, ttl, timer=timer)
         self._forgotten: list[str] = []
 
-    def popitem(self) -> tuple[str, NodeLoad]:
+    def popitem(self) -> tuple[str, NodeState]:
         key, value = super().popitem()
         self._forgotten.append(key)
         return key, value
 
-    def expire(self, time: Any = None) -> list[tuple[str, NodeLoad]]:
+    def expire(self, time: Any = None) -> list[tuple[str, NodeState]]:
         expired = super().expire(time)
         self._forgotten.extend(k for k, _ in expired)
         return expired

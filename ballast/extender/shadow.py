@@ -33,7 +33,10 @@ EXCESS_BUCKETS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
-class Choice:
+class ShadowChoice:
+    """What Ballast would have chosen for one pod in shadow mode, kept until the pod watch shows where
+    kube-scheduler put it."""
+
     favoured: frozenset[str] | None
     """Ballast's top-scoring candidates; ``None``: no preference (too many tied)."""
     best_load: float | None
@@ -53,7 +56,7 @@ class ShadowBook:
         self._excess = excess
         self._clock = clock
         self._lock = threading.Lock()
-        self._choices: OrderedDict[str, Choice] = OrderedDict()
+        self._choices: OrderedDict[str, ShadowChoice] = OrderedDict()
         self.load_of: Callable[[str, int, int], float | None] = lambda node, cpu, mem: None
         """The node's standing projected load with a pod of (cpu, mem) added; set by the extender."""
 
@@ -67,14 +70,14 @@ class ShadowBook:
         scores: Sequence[int],
         cpu_milli: int,
         memory_bytes: int,
-    ) -> Choice | None:
+    ) -> ShadowChoice | None:
         """Remember the candidates Ballast would have favoured for pod ``uid``."""
         if not uid or not names:
             return None
         top = max(scores)
         favoured = [n for n, s in zip(names, scores, strict=True) if s == top]
         known = [x for n in favoured if (x := self.load_of(n, cpu_milli, memory_bytes)) is not None]
-        choice = Choice(
+        choice = ShadowChoice(
             frozenset(favoured) if len(favoured) <= MAX_FAVOURED else None,
             min(known) if known else None,
             cpu_milli,

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ballast.model.nodestate import NodeLoad
-from ballast.model.podinfo import PodInfo
+from ballast.model.nodestate import NodeState
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy import Estimation, Policy
 
 
@@ -36,7 +36,7 @@ from ballast.model.policy import Estimation, Policy
 class Estimate:
     uid: str
     pod: str
-    """``namespace/name`` for people reading /nodes (``PodInfo.label``); empty for /nodes' placeholder."""
+    """``namespace/name`` for people reading /nodes (``PodDemand.label``); empty for /nodes' placeholder."""
     node: str
     cpu_milli: int
     memory_bytes: int
@@ -60,7 +60,7 @@ class Estimate:
         }
 
 
-def estimate_usage(pod: PodInfo, est: Estimation) -> tuple[int, int]:
+def estimate_usage(pod: PodDemand, est: Estimation) -> tuple[int, int]:
     """(cpu millicores, memory bytes) a pod is expected to use soon after it starts."""
     cpu = max(pod.cpu_request_milli, pod.cpu_limit_milli)
     mem = max(pod.memory_request_bytes, pod.memory_limit_bytes)
@@ -97,7 +97,7 @@ def counts(e: Estimate, measured_at: float, ttl: float, now: float) -> bool:
 
 
 def units(
-    load: NodeLoad, plan: MetricPlan, estimates: Iterable[Estimate], now: float, skip: str | None = None
+    load: NodeState, plan: MetricPlan, estimates: Iterable[Estimate], now: float, skip: str | None = None
 ) -> dict[str, int]:
     """Estimated amounts (millicores or bytes) counted per metric on this node, leaving out ``skip``.
 
@@ -134,7 +134,7 @@ def units(
 
 
 def extra(
-    load: NodeLoad,
+    load: NodeState,
     plan: MetricPlan,
     counted: Mapping[str, int],
     incoming: Estimate | None = None,
@@ -163,7 +163,7 @@ def extra(
 
 
 def still_counted(
-    load: NodeLoad, plan: MetricPlan, estimates: Iterable[Estimate], now: float
+    load: NodeState, plan: MetricPlan, estimates: Iterable[Estimate], now: float
 ) -> list[Estimate]:
     """Estimates still counted for at least one metric of this node, and tentative holds (what /nodes
     shows)."""

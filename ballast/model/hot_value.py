@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ballast.contract.annotations import parse_timestamp
+from ballast.contract.pod import bound_at
 from ballast.model.policy import HotValueWindow
 
 __all__ = ["Binding", "binding_from_pod", "hot_value_of"]
@@ -29,8 +29,9 @@ class Binding:
 def binding_from_pod(pod: Mapping[str, Any]) -> Binding | None:
     """The pod's binding, or ``None`` when it is unbound, going away or finished (it no longer counts).
 
-    The time is the ``PodScheduled=True`` condition's ``lastTransitionTime``; a pod created with
-    ``spec.nodeName`` already set (no scheduler involved) is dated by its ``creationTimestamp``.
+    Dated by the one bind-time rule, ``ballast.contract.pod.bound_at``: the ``PodScheduled=True``
+    condition's ``lastTransitionTime``, else (a pod created with ``spec.nodeName`` already set, no scheduler
+    involved) its ``creationTimestamp``.
     """
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
@@ -40,15 +41,7 @@ def binding_from_pod(pod: Mapping[str, Any]) -> Binding | None:
     status = pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed"):
         return None
-    stamp = None
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            stamp = cond.get("lastTransitionTime")
-            break
-    when = parse_timestamp(stamp) if isinstance(stamp, str) else None
-    if when is None:
-        created = meta.get("creationTimestamp")
-        when = parse_timestamp(created) if isinstance(created, str) else None
+    when = bound_at(pod)
     if when is None:
         return None
     return Binding(str(uid), str(node), when)

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 
 from ballast.model import estimation
 from ballast.model.estimation import Estimate, estimate_usage, metric_plan
-from ballast.model.nodestate import NodeLoad
-from ballast.model.podinfo import PodInfo
+from ballast.model.nodestate import NodeState
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy import Policy
 
 MAX_PODS = 200_000
@@ -162,7 +162,7 @@ class Ledger:
             for listener in self.listeners:
                 listener(touched)
 
-    def hold(self, pod: PodInfo, node: str, now: float | None = None) -> None:
+    def hold(self, pod: PodDemand, node: str, now: float | None = None) -> None:
         """Tentatively place a pod that was scored but not yet bound (no-op once it is bound)."""
         if not pod.uid:
             return
@@ -193,7 +193,7 @@ class Ledger:
 
     def bound(
         self,
-        pod: PodInfo | None,
+        pod: PodDemand | None,
         uid: str,
         node: str,
         at: float,
@@ -286,12 +286,12 @@ class Ledger:
                 self._by_node.pop(node, None)
             return out
 
-    def incoming(self, pod: PodInfo, now: float) -> Estimate:
+    def incoming(self, pod: PodDemand, now: float) -> Estimate:
         cpu, mem = estimate_usage(pod, self._policy.estimation)
         return Estimate(pod.uid, pod.label, "", cpu, mem, now, tentative=True, priority=pod.priority)
 
     def units(
-        self, load: NodeLoad, now: float, skip: str | None = None, bound_only: bool = False
+        self, load: NodeState, now: float, skip: str | None = None, bound_only: bool = False
     ) -> dict[str, int]:
         """Estimated amounts (millicores or bytes) counted per metric on this node, no incoming pod;
         ``bound_only`` leaves out tentative holds (what the bind check counts: only placements)."""
@@ -302,24 +302,26 @@ class Ledger:
             estimates = [e for e in estimates if not e.tentative]
         return estimation.units(load, self._plan, estimates, now, skip)
 
-    def standing(self, load: NodeLoad, now: float) -> tuple[list[Estimate], dict[str, int], dict[str, float]]:
+    def standing(
+        self, load: NodeState, now: float
+    ) -> tuple[list[Estimate], dict[str, int], dict[str, float]]:
         """The node's live estimates and what they add per metric, as amounts (``units``) and as ratios
         (``extra``), from one read of the index: what the verdict board recomputes a node from."""
         estimates, counted = self.standing_units(load, now)
         return estimates, counted, estimation.extra(load, self._plan, counted)
 
-    def extra_of(self, load: NodeLoad, counted: Mapping[str, int]) -> dict[str, float]:
+    def extra_of(self, load: NodeState, counted: Mapping[str, int]) -> dict[str, float]:
         """The ratios ``counted`` amounts add per metric on this node (``estimation.extra``)."""
         return estimation.extra(load, self._plan, counted)
 
-    def standing_units(self, load: NodeLoad, now: float) -> tuple[list[Estimate], dict[str, int]]:
+    def standing_units(self, load: NodeState, now: float) -> tuple[list[Estimate], dict[str, int]]:
         """The node's live estimates and what they add per metric, as amounts (``units``)."""
         estimates = self.on_node(load.name)
         return estimates, estimation.units(load, self._plan, estimates, now)
 
     def extra(
         self,
-        load: NodeLoad,
+        load: NodeState,
         now: float,
         incoming: Estimate | None = None,
         minus: Mapping[str, int] | None = None,
@@ -339,6 +341,6 @@ class Ledger:
             skip = incoming.uid
         return estimation.extra(load, self._plan, self.units(load, now, skip, bound_only), incoming, minus)
 
-    def counted(self, load: NodeLoad, now: float) -> list[Estimate]:
+    def counted(self, load: NodeState, now: float) -> list[Estimate]:
         """Estimates still counted for at least one metric of this node (what /nodes shows)."""
         return estimation.still_counted(load, self._plan, self.on_node(load.name), now)

@@ -20,7 +20,7 @@ same score, and a burst piles onto such ties). ``crane`` keeps crane's formula:
 Filter: a node is rejected when a *fresh* value of a predicate metric is above its limit. Missing,
 stale or unreadable values never reject (they are "no information"), unless the predicate's
 ``onMissing`` is ``reject``: then such a node is rejected for that metric with its own reason (and the
-metric label ``missing:<metric>``). The limits are the node's own (``NodeLoad.limits``: its pool and its
+metric label ``missing:<metric>``). The limits are the node's own (``NodeState.limits``: its pool and its
 thresholds annotation, ``ballast.model.pools``), the prod ones for a prod pod.
 
 Score (crane's 0..100 scale, then mapped to the extender's 0..10):
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from ballast.contract.annotations import HOT_VALUE_VALID_SECONDS, fresh
 from ballast.contract.durations import format_duration
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 from ballast.model.policy import Policy
 
 MAX_EXTENDER_SCORE = 10
@@ -90,7 +90,7 @@ class Rejection:
 
 
 def check_node(
-    load: NodeLoad,
+    load: NodeState,
     policy: Policy,
     now: float,
     extra: Mapping[str, float] = _NO_EXTRA,
@@ -113,7 +113,7 @@ def check_node(
     return None
 
 
-def priority_plan(load: NodeLoad, policy: Policy) -> tuple[tuple[str, float, float, str], ...]:
+def priority_plan(load: NodeState, policy: Policy) -> tuple[tuple[str, float, float, str], ...]:
     """The node's priority terms: its pool's weights where the pool sets them, else the policy's."""
     limits = load.limits
     return limits.priority_plan if limits is not None else policy.priority_plan
@@ -165,7 +165,7 @@ def to_extender_score(final: int) -> int:
 
 
 def score_node(
-    load: NodeLoad,
+    load: NodeState,
     policy: Policy,
     now: float,
     extra: Mapping[str, float] = _NO_EXTRA,
@@ -215,7 +215,7 @@ HOT_LOAD_PER_UNIT = 0.1
 
 
 def resource_loads(
-    load: NodeLoad, policy: Policy, now: float, extra: Mapping[str, float] = _NO_EXTRA
+    load: NodeState, policy: Policy, now: float, extra: Mapping[str, float] = _NO_EXTRA
 ) -> dict[str, float]:
     """Each resource's projected load: the weighted mean of its fresh priority metrics with ``extra``
     added (only resources with a fresh metric of positive weight appear). The largest is the node's
@@ -244,7 +244,7 @@ NO_POD = (0, 0)
 
 
 def projected_load(
-    load: NodeLoad,
+    load: NodeState,
     policy: Policy,
     now: float,
     extra: Mapping[str, float] = _NO_EXTRA,
@@ -269,7 +269,7 @@ Projection = tuple[float | None, float, float]
 
 
 def project(
-    load: NodeLoad,
+    load: NodeState,
     policy: Policy,
     now: float,
     extra: Mapping[str, float] = _NO_EXTRA,

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ballast.contract.annotations import HOT_VALUE_KEY, HOT_VALUE_VALID_SECONDS, parse_sample
+from ballast.contract.annotations import (
+    CRANE_LOAD_METRICS,
+    HOT_VALUE_KEY,
+    HOT_VALUE_VALID_SECONDS,
+    MAX_HOT_VALUE,
+    MAX_LOAD_RATIO,
+    fresh,
+    read_sample,
+)
 from ballast.model.policy import Policy
 
 LOAD_SOURCE_KEY = "ballast.io/load-source"
@@ -25,18 +33,7 @@ ANNOTATOR_SOURCE = "annotator"
 
 AGENT_SOURCE_PREFIX = "agent/"
 
-MEASURED_METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
-"""crane's recording-rule names for node load: what the agent measures and what the annotator queries by
-default. The names are the contract with the extender and with crane tooling."""
-
-LOAD_ANNOTATION_KEYS = (*MEASURED_METRICS, HOT_VALUE_KEY, LOAD_SOURCE_KEY)
+LOAD_ANNOTATION_KEYS = (*CRANE_LOAD_METRICS, HOT_VALUE_KEY, LOAD_SOURCE_KEY)
 """Every Node annotation a load source writes. The agent's admission policy
 (scheduler_config/deploy/agent-admission-policy.yaml) lets the agent change exactly these; a test keeps the
 two equal."""
@@ -52,16 +49,19 @@ def other_fresh_source(annotations: Mapping[str, object], me: str, policy: Polic
 
     ``me`` is the caller's own stamp. Another source's values count while any of its load samples (a policy
     metric, by that metric's validity: sync period + 5m) or its hot value (5m) is fresh: the moment all of
-    them have gone stale the other writer is taken to have stopped, and the caller may write.
+    them have gone stale the other writer is taken to have stopped, and the caller may write. Each value is
+    read as the extender reads it (``read_sample``, strict, in the policy's legacy zone): what the extender
+    takes for no information (above the sane cap, stamped in the future) is nobody's fresh value.
     """
     source = annotations.get(LOAD_SOURCE_KEY)
     if not isinstance(source, str) or not source or source == me:
         return None
+    zone = policy.legacy_zone
     for metric in policy.sync_periods:
-        sample = parse_sample(annotations.get(metric))
-        if sample is not None and sample.is_fresh(now, policy.valid_for(metric)):
+        sample, _ = read_sample(annotations.get(metric), now, legacy_zone=zone, cap=MAX_LOAD_RATIO)
+        if fresh(sample, policy.valid_for(metric), now) is not None:
             return source
-    hot = parse_sample(annotations.get(HOT_VALUE_KEY))
-    if hot is not None and hot.is_fresh(now, HOT_VALUE_VALID_SECONDS):
+    hot, _ = read_sample(annotations.get(HOT_VALUE_KEY), now, legacy_zone=zone, cap=MAX_HOT_VALUE)
+    if fresh(hot, HOT_VALUE_VALID_SECONDS, now) is not None:
         return source
     return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ballast.contract.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, Sample, read_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, MAX_HOT_VALUE, MAX_LOAD_RATIO, LoadSample, read_sample
 from ballast.contract.quantity import parse_bytes as memory_bytes
 from ballast.contract.quantity import parse_cpu_milli as cpu_milli
 from ballast.model.policy import Policy
@@ -18,11 +18,14 @@ from ballast.model.thresholds import THRESHOLDS_ANNOTATION, node_limits
 
 
 @dataclass(frozen=True, slots=True)
-class NodeLoad:
+class NodeState:
+    """One node's load as the annotations on its Node object say it (with its allocatable and limits).
+    Not the ``NodeLoad`` resource (``ballast.contract.nodeload``: the agent's measured per-pod usage)."""
+
     name: str
-    samples: Mapping[str, Sample] = field(default_factory=dict)
+    samples: Mapping[str, LoadSample] = field(default_factory=dict)
     """Parsed load annotations for the policy's metrics; unreadable ones are simply absent."""
-    hot: Sample | None = None
+    hot: LoadSample | None = None
     allocatable_cpu_milli: int | None = None
     allocatable_memory_bytes: int | None = None
     resource_version: str | None = None
@@ -64,8 +67,8 @@ UNREADABLE = "(node)"
 """The ``bad`` key of a node that could not be read at all (``parse_node``'s last resort)."""
 
 
-def parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeLoad:
-    """Build ``NodeLoad`` from a Node object (dict). Never raises, whatever the object holds.
+def parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeState:
+    """Build ``NodeState`` from a Node object (dict). Never raises, whatever the object holds.
 
     ``now`` is when the node arrived: a timestamp further ahead of it than the allowed clock skew is
     refused (it would stay fresh for as long as it is ahead). Each reader below is total on its own; a
@@ -79,7 +82,7 @@ def parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeLo
         return _unreadable(node, policy, exc)
 
 
-def _unreadable(node: object, policy: Policy, exc: Exception) -> NodeLoad:
+def _unreadable(node: object, policy: Policy, exc: Exception) -> NodeState:
     meta = node.get("metadata") if isinstance(node, Mapping) else None
     meta = meta if isinstance(meta, Mapping) else {}
     name = meta.get("name")
@@ -91,7 +94,7 @@ def _unreadable(node: object, policy: Policy, exc: Exception) -> NodeLoad:
     except Exception:  # labels no selector can read: the global limits
         limits = None
     reason = " ".join(f"cannot be read: {type(exc).__name__}: {str(exc)[:160]}".split())
-    return NodeLoad(
+    return NodeState(
         name=name if isinstance(name, str) else "",
         resource_version=rv if isinstance(rv, str) else None,
         bad={UNREADABLE: reason},
@@ -99,22 +102,22 @@ def _unreadable(node: object, policy: Policy, exc: Exception) -> NodeLoad:
     )
 
 
-def _parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeLoad:
+def _parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeState:
     meta = node.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     name = meta.get("name")
     annotations = meta.get("annotations")
     annotations = annotations if isinstance(annotations, Mapping) else {}
     zone = policy.legacy_zone
-    samples: dict[str, Sample] = {}
+    samples: dict[str, LoadSample] = {}
     bad: dict[str, str] = {}
     for metric in policy.sync_periods:
-        sample, reason = read_sample(annotations.get(metric), zone, now, MAX_LOAD_RATIO)
+        sample, reason = read_sample(annotations.get(metric), now, legacy_zone=zone, cap=MAX_LOAD_RATIO)
         if sample is not None:
             samples[metric] = sample
         elif reason is not None:
             bad[metric] = reason
-    hot, reason = read_sample(annotations.get(HOT_VALUE_KEY), zone, now, MAX_HOT_VALUE)
+    hot, reason = read_sample(annotations.get(HOT_VALUE_KEY), now, legacy_zone=zone, cap=MAX_HOT_VALUE)
     if reason is not None:
         bad[HOT_VALUE_KEY] = reason
     labels = meta.get("labels")
@@ -128,7 +131,7 @@ def _parse_node(node: Mapping[str, object], policy: Policy, now: float) -> NodeL
         bad[THRESHOLDS_ANNOTATION] = reason
     cpu, mem = _allocatable(node)
     rv = meta.get("resourceVersion")
-    return NodeLoad(
+    return NodeState(
         name=name if isinstance(name, str) else "",
         samples=samples,
         hot=hot,

@@ -57,7 +57,7 @@ from ballast.model.load import (
     project,
     score_node,
 )
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 from ballast.model.policy import Policy
 
 log = logging.getLogger("ballast.verdicts")
@@ -112,7 +112,7 @@ class Check:
 # through object.__setattr__ (1.4 us against 0.3 us for twelve fields). Nothing mutates one.
 @dataclass(slots=True)
 class Derived:
-    load: NodeLoad
+    load: NodeState
     until: float
     cpu_room: float
     memory_room: float
@@ -134,7 +134,7 @@ class Derived:
 
 
 def _checks(
-    load: NodeLoad, plan, missing, units: dict[str, int], now: float, rooms: dict[str, float] | None
+    load: NodeState, plan, missing, units: dict[str, int], now: float, rooms: dict[str, float] | None
 ) -> tuple[tuple[Check, ...], float]:
     """The fresh predicates of ``plan`` as checks (then one always-rejecting check per ``missing``
     predicate without a fresh value), and the earliest expiry among them. ``rooms`` gets the tightest
@@ -164,7 +164,7 @@ Standing = tuple[list[Estimate], dict[str, int]]
 
 
 def derive(
-    load: NodeLoad,
+    load: NodeState,
     policy: Policy,
     ledger: Ledger,
     now: float,
@@ -214,7 +214,7 @@ def derive(
 
 
 def _by_amounts(
-    load: NodeLoad, policy: Policy, now: float, extra: dict[str, float]
+    load: NodeState, policy: Policy, now: float, extra: dict[str, float]
 ) -> tuple[bool, int, Projection]:
     """What the node's estimated amounts (``extra``) enter: whether its limits block, its score and its
     projected load. ``derive`` works them out with the rest; ``_shifted`` only these."""
@@ -225,7 +225,7 @@ def _by_amounts(
 
 def _shifted(
     d: Derived,
-    load: NodeLoad,
+    load: NodeState,
     policy: Policy,
     ledger: Ledger,
     now: float,
@@ -281,14 +281,14 @@ def estimates_until(estimates: Iterable[Estimate], policy: Policy, ledger: Ledge
     return min((e.at + (tentative_ttl if e.tentative else bound_ttl) for e in estimates), default=math.inf)
 
 
-def _current(d: Derived, load: NodeLoad, policy: Policy, now: float) -> bool:
+def _current(d: Derived, load: NodeState, policy: Policy, now: float) -> bool:
     """Whether ``d`` was worked out from this Node and this policy, with its amounts, and has not expired:
     then only the node's estimates can have moved since."""
     return d.units is not None and d.load is load and d.policy is policy and now < d.until
 
 
 def restand(
-    d: Derived, load: NodeLoad, policy: Policy, ledger: Ledger, now: float
+    d: Derived, load: NodeState, policy: Policy, ledger: Ledger, now: float
 ) -> Derived | Standing | None:
     """``d`` still standing after the node's estimates changed, when the change moves nothing it was worked
     out from, else ``None`` (recompute). Everything in a ``Derived`` follows from the Node's values, the
@@ -394,7 +394,7 @@ class VerdictBoard:
     """Standing verdicts of every cached node; see the module docstring."""
 
     def __init__(
-        self, lookup: Callable[[str], NodeLoad | None], policy: Callable[[], Policy], ledger: Ledger
+        self, lookup: Callable[[str], NodeState | None], policy: Callable[[], Policy], ledger: Ledger
     ):
         self._lookup = lookup
         self._policy = policy
@@ -535,7 +535,7 @@ class VerdictBoard:
             # One node the arithmetic cannot take must not poison the board (or every request that reads
             # it): it stands as a node without information, like one whose annotations are missing.
             log.exception("verdict board: could not judge node %s; it counts as no information", name)
-            d = derive(NodeLoad(name), self._policy(), self.ledger, now)
+            d = derive(NodeState(name), self._policy(), self.ledger, now)
         self.derived[name] = d
         frags = self.fragments.get(name)
         if frags is None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from ballast.contract.annotations import fresh
 from ballast.contract.times import format_rfc3339
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 from ballast.model.rebalance_policy import RebalanceSettings
 
 __all__ = ["MOVED_MEMORY", "Counts", "HotMetric", "Reading", "Tracker", "above_high", "read_node"]
@@ -68,7 +68,7 @@ class Reading:
     """Fresh values of the threshold metrics."""
 
 
-def read_node(load: NodeLoad, settings: RebalanceSettings, now: float) -> Reading:
+def read_node(load: NodeState, settings: RebalanceSettings, now: float) -> Reading:
     values: dict[str, float] = {}
     hot: list[HotMetric] = []
     cool = True

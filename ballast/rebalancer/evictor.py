@@ -34,7 +34,7 @@ import orjson
 
 from ballast.contract.times import format_rfc3339
 from ballast.kube.client import ApiError, Kube, path_for
-from ballast.rebalancer.plan import Choice
+from ballast.rebalancer.plan import PodDecision
 
 __all__ = [
     "ANNOTATION",
@@ -126,7 +126,7 @@ class Evictor:
 
     def evict(
         self,
-        choice: Choice,
+        choice: PodDecision,
         confirm: Callable[[], bool] = lambda: True,
         still: Callable[[], bool] = lambda: True,
     ) -> Evicted:
@@ -188,7 +188,7 @@ class Evictor:
         self.outcome(intent, choice, DONE, "Normal", f"evicted: {choice.message}")
         return Evicted(EVICTED)
 
-    def _body(self, choice: Choice, reason: str, message: str, kind: str, now: float) -> dict[str, Any]:
+    def _body(self, choice: PodDecision, reason: str, message: str, kind: str, now: float) -> dict[str, Any]:
         pod = choice.pod
         stamp = format_rfc3339(now)
         record = {"node": pod.node, "workload": pod.workload, "at": now, "dryRun": self.dry_run}
@@ -218,7 +218,7 @@ class Evictor:
             "count": 1,
         }
 
-    def event(self, choice: Choice, reason: str, message: str, kind: str) -> str | None:
+    def event(self, choice: PodDecision, reason: str, message: str, kind: str) -> str | None:
         """Write an Event on the pod; returns its path (``None`` when it could not be written)."""
         pod = choice.pod
         try:
@@ -234,7 +234,7 @@ class Evictor:
         name = (made.get("metadata") or {}).get("name")
         return path_for("v1", "events", pod.namespace, name) if isinstance(name, str) and name else None
 
-    def outcome(self, intent: str | None, choice: Choice, reason: str, kind: str, message: str) -> None:
+    def outcome(self, intent: str | None, choice: PodDecision, reason: str, kind: str, message: str) -> None:
         """Turn the ``RebalanceEvicting`` Event into the outcome (a new Event when there is none to turn)."""
         if intent is not None:
             patch = {"reason": reason, "type": kind, "message": message[:1024],

@@ -32,7 +32,7 @@ from ballast.contract.annotations import fresh
 from ballast.contract.quantity import parse_quantity
 from ballast.model.estimation import Estimate, MetricPlan, extra, units
 from ballast.model.load import check_node, projected_load
-from ballast.model.nodestate import NodeLoad, parse_node
+from ballast.model.nodestate import NodeState, parse_node
 from ballast.model.policy import Policy
 from ballast.model.rebalance_policy import RebalanceSettings
 from ballast.rebalancer.classify import above_high
@@ -44,7 +44,7 @@ __all__ = ["NodeFacts", "Target", "node_facts", "why_not"]
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
-    load: NodeLoad
+    load: NodeState
     labels: Mapping[str, str]
     taints: tuple[tuple[str, str, str], ...]
     """(key, value, effect) of the NoSchedule and NoExecute taints."""

@@ -41,7 +41,7 @@ Measured = Callable[[str], Mapping[str, tuple[int, int]]]
 """Node name -> its fresh measured usages by pod uid (``nodeloads.NodeLoadCache.fresh`` at the cycle's
 time); empty where there is none."""
 
-__all__ = ["Choice", "NodePlan", "Plan", "plan_cycle"]
+__all__ = ["NodePlan", "Plan", "PodDecision", "plan_cycle"]
 
 EVICT, NO_FIT, LIMITED, SKIPPED, WAITING = "evict", "no_fit", "limited", "skipped", "waiting"
 TARGETS_PER_CANDIDATE = 256
@@ -54,7 +54,9 @@ candidates x cool nodes."""
 
 
 @dataclass(slots=True)
-class Choice:
+class PodDecision:
+    """What one cycle decided about one pod of a hot node, and why (the ``/rebalance`` view's entries)."""
+
     pod: PodFacts
     outcome: str
     """``evict`` (planned), ``no_fit``, ``limited``, ``skipped`` (never a candidate), ``waiting``
@@ -87,7 +89,7 @@ class NodePlan:
     abnormal: int
     normal: int
     status: str
-    candidates: list[Choice] = field(default_factory=list)
+    candidates: list[PodDecision] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,7 +111,7 @@ class Plan:
     """Why the cycle evicts nothing at all (no hot node acting, no cool node), or ``None``."""
     nodes: list[NodePlan] = field(default_factory=list)
     """Every hot node, and every node whose abnormal count is above zero."""
-    evictions: list[Choice] = field(default_factory=list)
+    evictions: list[PodDecision] = field(default_factory=list)
     states: Counter[str] = field(default_factory=Counter)
     cool: list[str] = field(default_factory=list)
 
@@ -117,7 +119,7 @@ class Plan:
         return Counter(c.outcome for n in self.nodes for c in n.candidates)
 
     @staticmethod
-    def _eviction(c: Choice) -> dict[str, Any]:
+    def _eviction(c: PodDecision) -> dict[str, Any]:
         out = {"pod": c.pod.key, "node": c.pod.node, "target": c.target, "message": c.message}
         return {**out, "usage": c.usage.to_json() if c.usage else None, "result": c.result}
 
@@ -262,7 +264,7 @@ def plan_cycle(
         node = NodePlan(name, reading, counts.abnormal, counts.normal, "acting")
         plan.nodes.append(node)
         candidates, skipped = split(pods_on(name), settings)
-        node.candidates.extend(Choice(p, SKIPPED, why) for p, why in skipped)
+        node.candidates.extend(PodDecision(p, SKIPPED, why) for p, why in skipped)
         on_node = measured(name) if measured is not None else {}
         usage = {p.uid: usage_of(p, on_node) for p in candidates}
         settled = []
@@ -271,7 +273,7 @@ def plan_cycle(
             if why is None:
                 settled.append(p)
             else:
-                node.candidates.append(Choice(p, SKIPPED, why, usage=usage[p.uid]))
+                node.candidates.append(PodDecision(p, SKIPPED, why, usage=usage[p.uid]))
         candidates = settled
         load = nodes[name].load
         if counts.abnormal < settings.consecutive_abnormal:
@@ -284,7 +286,7 @@ def plan_cycle(
             over = excess({h.metric: h.value for h in reading.hot}, reading.hot)
             for pod in sorted(candidates, key=lambda p: order_key(p, usage[p.uid], over, load, thresholds)):
                 node.candidates.append(
-                    Choice(pod, WAITING, "the node does not act this cycle", usage=usage[pod.uid])
+                    PodDecision(pod, WAITING, "the node does not act this cycle", usage=usage[pod.uid])
                 )
             continue
         projected = {h.metric: h.value for h in reading.hot}
@@ -298,7 +300,7 @@ def plan_cycle(
             remaining.remove(pod)
             use = usage[pod.uid]
             if (why := limiter.refuse(pod, now)) is not None:
-                node.candidates.append(Choice(pod, LIMITED, why, usage=use))
+                node.candidates.append(PodDecision(pod, LIMITED, why, usage=use))
                 if limiter.node_full(name) or limiter.cycle_full():
                     node.status = f"stopped by a {why}"
                     break
@@ -306,7 +308,9 @@ def plan_cycle(
             target, reasons = _find_target(pod, use, targets, policy, settings, mplan, now)
             if target is None:
                 detail = "; ".join(reasons) if reasons else "no cool node"
-                node.candidates.append(Choice(pod, NO_FIT, f"fits on no cool node ({detail})", usage=use))
+                node.candidates.append(
+                    PodDecision(pod, NO_FIT, f"fits on no cool node ({detail})", usage=use)
+                )
                 misses += 1
                 if misses >= NO_FIT_PER_NODE:
                     node.status = f"stopped: {misses} candidates fit on no cool node (tried again next cycle)"
@@ -326,7 +330,7 @@ def plan_cycle(
             why = "takes " + ", ".join(
                 f"{h.metric} to {projected[h.metric]:.2f}" for h in reading.hot if h.metric not in unreadable
             ) if len(unreadable) < len(reading.hot) else "relieves it"  # fmt: skip
-            choice = Choice(
+            choice = PodDecision(
                 pod,
                 EVICT,
                 f"{why} ({use.source})",

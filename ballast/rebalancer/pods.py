@@ -11,14 +11,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from ballast.contract.pod import parse_pod
+from ballast.contract.pod import bound_at, parse_pod
+from ballast.contract.times import parse_rfc3339
 from ballast.model.bad_request import BadRequest
 from ballast.model.estimation import estimate_usage
-from ballast.model.podinfo import PodInfo, pod_info
+from ballast.model.podinfo import PodDemand, pod_info
 from ballast.model.policy import Estimation
 
 __all__ = ["EVICT_ANNOTATION", "QOS_ORDER", "PodFacts", "pod_facts", "reestimate", "skip_reason"]
@@ -36,15 +36,6 @@ QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
 LOCAL_VOLUMES = ("emptyDir", "hostPath")
 
 
-def _time(text: Any) -> float:
-    if not isinstance(text, str) or not text:
-        return 0.0
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
 @dataclass(frozen=True, slots=True)
 class PodFacts:
     uid: str
@@ -60,7 +51,7 @@ class PodFacts:
     qos: str
     created: float
     placed: float
-    """When the pod was bound (``PodScheduled`` condition), else created: what estimates date from."""
+    """When the pod was bound (``ballast.contract.pod.bound_at``; 0 unknown): what estimates date from."""
     cpu_milli: int
     memory_bytes: int
     """The estimate (``ballast.model.estimation.estimate_usage``): what leaves a node with the pod."""
@@ -176,7 +167,7 @@ def skip_reason(
 
 def reestimate(facts: PodFacts, est: Estimation) -> PodFacts:
     """The same pod under another policy's estimation settings."""
-    info = PodInfo(facts.namespace, facts.name, facts.uid, False, facts.cpu_request_milli,
+    info = PodDemand(facts.namespace, facts.name, facts.uid, False, facts.cpu_request_milli,
                    facts.cpu_limit_milli, facts.memory_request_bytes, facts.memory_limit_bytes)  # fmt: skip
     cpu, mem = estimate_usage(info, est)
     return replace(facts, cpu_milli=cpu, memory_bytes=mem)
@@ -245,18 +236,14 @@ def _pod_facts(pod: Mapping[str, Any], est: Estimation) -> PodFacts:
     kind, owner = _controller(meta)
     problem = None
     try:
-        info: PodInfo | None = pod_info(pod)
+        info: PodDemand | None = pod_info(pod)
     except BadRequest as exc:
         info, problem = None, f"resources cannot be read: {exc}"
     cpu, mem = estimate_usage(info, est) if info is not None else (0, 0)
     qos = status.get("qosClass")
     if qos not in QOS_ORDER:
         qos = parse_pod(pod).qos.value
-    placed = 0.0
-    for cond in status.get("conditions") or ():
-        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            placed = _time(cond.get("lastTransitionTime"))
-    created = _time(meta.get("creationTimestamp"))
+    created = parse_rfc3339(meta.get("creationTimestamp")) or 0.0
     priority = spec.get("priority")
     terminating = bool(meta.get("deletionTimestamp"))
     active = status.get("phase") not in ("Succeeded", "Failed")
@@ -282,7 +269,7 @@ def _pod_facts(pod: Mapping[str, Any], est: Estimation) -> PodFacts:
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         qos=_name(qos),
         created=created,
-        placed=placed or created,
+        placed=bound_at(pod) or 0.0,
         cpu_milli=cpu,
         memory_bytes=mem,
         cpu_request_milli=info.cpu_request_milli if info is not None else 0,

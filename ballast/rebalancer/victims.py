@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 from ballast.model.rebalance_policy import RebalanceSettings, Threshold
 from ballast.rebalancer.classify import HotMetric
 from ballast.rebalancer.pods import QOS_ORDER, PodFacts
@@ -110,7 +110,7 @@ def split(
     return candidates, skipped
 
 
-def relief(usage: Usage, load: NodeLoad, threshold: Threshold) -> float | None:
+def relief(usage: Usage, load: NodeState, threshold: Threshold) -> float | None:
     """How much ``usage`` takes off ``threshold``'s metric on this node, as a ratio; ``None`` when the
     node's allocatable for the metric's resource cannot be read (the relief cannot be projected), 0 when
     the metric has no resource."""
@@ -134,7 +134,7 @@ def order_key(
     pod: PodFacts,
     usage: Usage,
     over: Mapping[str, float],
-    load: NodeLoad,
+    load: NodeState,
     thresholds: Mapping[str, Threshold],
 ) -> tuple[int, int, int, float, float]:
     """Smaller goes first: priority, QoS class, then a pod that alone brings every hot metric below

@@ -6,12 +6,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ballast.extender.numa.crane import NodeTopology, ZoneUsage
-from ballast.model.nodestate import NodeLoad
-from ballast.model.podinfo import PodInfo
+from ballast.model.nodestate import NodeState
+from ballast.model.podinfo import PodDemand
 
 
 class StaticSource:
-    def __init__(self, loads: dict[str, NodeLoad]) -> None:
+    def __init__(self, loads: dict[str, NodeState]) -> None:
         self.loads = loads
         self.node_listeners: list[Callable[[str, dict[str, Any] | None], None]] = []
         self.bound_listeners: list[Callable[[str, str], None]] = []
@@ -21,13 +21,13 @@ class StaticSource:
         for cb in self.bound_listeners:
             cb(uid, node)
 
-    def node(self, name: str) -> NodeLoad | None:
+    def node(self, name: str) -> NodeState | None:
         return self.loads.get(name)
 
     def node_names(self) -> Iterable[str]:
         return list(self.loads)
 
-    def pod(self, uid: str) -> PodInfo | None:
+    def pod(self, uid: str) -> PodDemand | None:
         return None
 
     def topology(self, node: str) -> NodeTopology | None:

@@ -29,7 +29,7 @@ import httpx
 
 from ballast.testing.parts import missing_part
 
-__all__ = ["CountingProxy", "PrometheusServer", "Series", "require_prometheus", "require_promtool"]
+__all__ = ["BackfillSeries", "CountingProxy", "PrometheusServer", "require_prometheus", "require_promtool"]
 
 INSTALL_HINT = "install the Debian package 'prometheus' (it brings promtool)"
 
@@ -67,7 +67,7 @@ def _om_value(value: float) -> str:
 
 
 @dataclass(frozen=True)
-class Series:
+class BackfillSeries:
     """A gauge series with one constant value, sampled every ``step`` seconds over the backfill window."""
 
     name: str
@@ -79,9 +79,9 @@ class Series:
         return f"{self.name}{{{inner}}}"
 
 
-def openmetrics(series: Iterable[Series], start: float, end: float, step: float = 15.0) -> str:
+def openmetrics(series: Iterable[BackfillSeries], start: float, end: float, step: float = 15.0) -> str:
     """OpenMetrics text: one family per metric name, samples in time order, ``# EOF`` at the end."""
-    families: dict[str, list[Series]] = {}
+    families: dict[str, list[BackfillSeries]] = {}
     for s in series:
         families.setdefault(s.name, []).append(s)
     stamps = []
@@ -106,7 +106,7 @@ class PrometheusServer:
     def __init__(
         self,
         workdir: Path,
-        series: Iterable[Series] = (),
+        series: Iterable[BackfillSeries] = (),
         *,
         rules: Path | None = None,
         history: float = 600.0,
@@ -217,7 +217,7 @@ class PrometheusServer:
 
 
 @contextlib.contextmanager
-def running(workdir: Path, series: Iterable[Series], **kw: object) -> Iterator[PrometheusServer]:
+def running(workdir: Path, series: Iterable[BackfillSeries], **kw: object) -> Iterator[PrometheusServer]:
     server = PrometheusServer(workdir, series, **kw)  # type: ignore[arg-type]
     server.start()
     try:

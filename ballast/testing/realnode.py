@@ -322,7 +322,7 @@ def delete_pods(core: Any, names: list[str], namespace: str = "default", timeout
 
 
 @dataclass
-class NodePool:
+class RealNodePool:
     """Real nodes of one test module, made on first use and all removed (with their pods) by ``close()``."""
 
     cp: ControlPlane

@@ -17,7 +17,7 @@ from ballast.agent.load.history import LoadHistory
 from ballast.agent.load.pods import NodePods
 from ballast.agent.load.procfs import ProcReader
 from ballast.agent.load.reporter import BLIND_SAMPLES, LoadReporter
-from ballast.agent.load.sampler import PodSample, Sample, Sampler
+from ballast.agent.load.sampler import KernelReading, PodReading, Sampler
 from ballast.contract.nodeload import NODELOAD_PATH
 from ballast.kube.client import ApiError
 from ballast.model.policy import build_policy
@@ -66,10 +66,10 @@ class FixedSampler:
         self.clock = clock
         self.first = True
 
-    def sample(self, pods: Any) -> Sample:
+    def sample(self, pods: Any) -> KernelReading:
         first, self.first = self.first, False
-        s = Sample(self.clock[0], None if first else 0.5, None if first else 1.0, 0.25, 1 << 30)
-        s.pods = {r.uid: PodSample(None if first else 0.25, 100 << 20) for r in pods}
+        s = KernelReading(self.clock[0], None if first else 0.5, None if first else 1.0, 0.25, 1 << 30)
+        s.pods = {r.uid: PodReading(None if first else 0.25, 100 << 20) for r in pods}
         return s
 
 

@@ -94,6 +94,14 @@ def test_binding_from_event_forms() -> None:
     assert binding_from_event(no_uid) == Binding("default/web-0", "n2", NOW - 1)
 
 
+def test_event_times_are_read_by_the_one_time_parser() -> None:
+    """An event's times are API object times (``ballast.contract.times``), not annotation stamps: a time
+    that is not RFC 3339 as written (here with spaces around it) is no time, and the next one dates it."""
+    ev = event("u1", "n2", NOW - 5, fmt="legacy")
+    ev["eventTime"] = f" {stamp(NOW - 60)} "
+    assert binding_from_event(ev) == Binding("u1", "n2", NOW - 5)
+
+
 # ---- records
 
 

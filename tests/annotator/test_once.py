@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from ballast.annotator.run import run
-from ballast.contract.annotations import HOT_VALUE_KEY, format_load, parse_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, format_load, read_sample
 from ballast.model.load_source import LOAD_SOURCE_KEY
 from ballast.model.policy import load_policy
 from ballast.testing.annotator import FailingPrometheus, add_node, annotations, bind_pod, node_patches, parse
 from ballast.testing.fakekube import FakeKube
 from ballast.testing.parts import POLICY_FILE
-from ballast.testing.prometheus import CountingProxy, PrometheusServer, Series
+from ballast.testing.prometheus import BackfillSeries, CountingProxy, PrometheusServer
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +50,15 @@ EXPECTED_SELECTOR = {
 }
 
 
-def dataset() -> list[Series]:
+def dataset() -> list[BackfillSeries]:
     series = []
     for i, metric in enumerate(METRICS):
         for _node, (_ip, forms) in NODES.items():
             for instance, base, extra in forms:
                 value = base if base != base or base < 0 else base + 1.111 * i  # NaN stays NaN
-                series.append(Series(metric, {"instance": instance, "job": "node", **extra}, value))
-        series.append(Series(metric, {"instance": "10.9.9.9:9100", "job": "node"}, 5.0))  # another cluster
+                series.append(BackfillSeries(metric, {"instance": instance, "job": "node", **extra}, value))
+        # another cluster
+        series.append(BackfillSeries(metric, {"instance": "10.9.9.9:9100", "job": "node"}, 5.0))
     return series
 
 
@@ -106,7 +107,7 @@ def test_once_writes_what_promql_returns(
         got = annotations(fake_kube, node)
         for metric in METRICS:
             expected = prom.scalar(f"{metric}{{{selector}}} / 100")
-            sample = parse_sample(got[metric])
+            sample, _ = read_sample(got[metric], time.time())
             assert sample is not None, (node, metric, got[metric])
             assert got[metric].split(",")[0] == f"{expected:.5f}", (node, metric)
             assert got[metric].endswith("Z") and abs(sample.timestamp - time.time()) < 60

@@ -5,7 +5,7 @@ from __future__ import annotations
 from zoneinfo import ZoneInfo
 
 from ballast.annotator.plan import PatchPlanner
-from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load, parse_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load, read_sample
 
 NOW = 1_800_000_000.0
 CPU, MEM_1H = "cpu_usage_avg_5m", "mem_usage_max_avg_1h"
@@ -49,7 +49,7 @@ def test_unchanged_value_is_refreshed_before_it_would_expire() -> None:
     p = planner().plan("n1", aging, {CPU: 0.35}, None, NOW)
     assert p is not None and p.changed == () and p.annotations == {CPU: format_load(0.35, NOW)}
     # The refreshed value outlives the next sync: timestamp + valid_for > next sync + margin.
-    sample = parse_sample(p.annotations[CPU])
+    sample, _ = read_sample(p.annotations[CPU], NOW)
     assert sample is not None and sample.timestamp + 480 > NOW + 180 + 30
 
 
@@ -90,6 +90,16 @@ def test_hot_value_rules() -> None:
     # an expired value with the same number is news again (it read as 0)
     p = pl.plan("n1", {HOT_VALUE_KEY: format_hot_value(2, NOW - 400)}, {}, 2, NOW)
     assert p is not None and p.changed == (HOT_VALUE_KEY,)
+
+
+def test_a_hot_value_the_extender_refuses_is_rewritten() -> None:
+    """The hot value is read as the extender reads it (the one strict reader): stamped an hour ahead, it is no
+    information there, so the same count is news and is written with a true stamp (it was left alone, and
+    the node's burst went uncounted until the clock caught up)."""
+    ahead = {HOT_VALUE_KEY: format_hot_value(2, NOW + 3600)}
+    p = planner().plan("n1", ahead, {}, 2, NOW)
+    assert p is not None and p.changed == (HOT_VALUE_KEY,)
+    assert p.annotations == {HOT_VALUE_KEY: format_hot_value(2, NOW)}
 
 
 def test_hot_value_rides_along_when_non_zero() -> None:

@@ -18,11 +18,11 @@ import httpx
 import pytest
 
 from ballast.annotator.run import run
-from ballast.contract.annotations import HOT_VALUE_KEY, parse_sample
+from ballast.contract.annotations import HOT_VALUE_KEY, read_sample
 from ballast.testing.annotator import add_node, annotations, bind_pod, node_patches, parse
 from ballast.testing.fakekube import FakeKube
 from ballast.testing.parts import ROOT, wait_for
-from ballast.testing.prometheus import PrometheusServer, Series, free_port
+from ballast.testing.prometheus import BackfillSeries, PrometheusServer, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ NODES = {"n1": "10.3.0.1", "n2": "10.3.0.2"}
 @pytest.fixture
 def prom(tmp_path: Path) -> Iterator[PrometheusServer]:
     series = [
-        Series(metric, {"instance": f"{ip}:9100"}, value + i)
+        BackfillSeries(metric, {"instance": f"{ip}:9100"}, value + i)
         for metric, value in LOAD.items()
         for i, ip in enumerate(NODES.values())
     ]
@@ -311,7 +311,7 @@ def test_sigterm_steps_down_and_releases(
     spec = lease(fake_kube)["spec"]
     # Released: empty holder and a 1s lease, so the next replica does not wait out the 15s.
     assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
-    sample = parse_sample(annotations(fake_kube, "n1")["cpu_usage_avg_5m"])
+    sample, _ = read_sample(annotations(fake_kube, "n1")["cpu_usage_avg_5m"], time.time())
     assert sample is not None
 
 

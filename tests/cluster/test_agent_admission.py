@@ -24,10 +24,10 @@ import pytest
 import yaml
 
 from ballast.agent.load.history import CRANE_METRICS
-from ballast.contract.annotations import HOT_VALUE_KEY
+from ballast.contract.annotations import CRANE_LOAD_METRICS, HOT_VALUE_KEY
 from ballast.contract.nodeload import NODELOAD_PATH, new_object
 from ballast.kube.client import MERGE_PATCH, ApiError, Kube, load_api_client
-from ballast.model.load_source import LOAD_ANNOTATION_KEYS, LOAD_SOURCE_KEY, MEASURED_METRICS, agent_source
+from ballast.model.load_source import LOAD_ANNOTATION_KEYS, LOAD_SOURCE_KEY, agent_source
 from ballast.testing.controlplane import ControlPlane, create_nodes, node_body, spawn, wait_until
 
 pytestmark = pytest.mark.integration
@@ -307,7 +307,7 @@ def test_the_shipped_agent_reports_its_load_under_the_shipped_rbac_and_policy(
                     status = admin.get(f"{NODELOAD_PATH}/node-a").get("status")
                 except ApiError:
                     return False
-                return bool(status) and {*MEASURED_METRICS, LOAD_SOURCE_KEY} <= notes.keys()
+                return bool(status) and {*CRANE_LOAD_METRICS, LOAD_SOURCE_KEY} <= notes.keys()
 
             wait_until(reported, agent, "the agent's load annotations and NodeLoad on node-a")
         finally:

@@ -22,8 +22,8 @@ from ballast.testing.controlplane import ControlPlane, wait_until
 from ballast.testing.realnode import (
     BURN,
     NodeAgent,
-    NodePool,
     RealNode,
+    RealNodePool,
     busybox_pod,
     delete_pods,
     require_real_nodes,
@@ -53,11 +53,11 @@ MEASURE_SECONDS = 30.0
 
 
 @pytest.fixture(scope="module")
-def node_pool(control_plane: ControlPlane) -> Iterator[NodePool]:
+def node_pool(control_plane: ControlPlane) -> Iterator[RealNodePool]:
     require_real_nodes()
     control_plane.kubectl("apply", "-f", str(NODELOAD_CRD))
     control_plane.kubectl("wait", "--for=condition=Established", "crd/nodeloads.ballast.io", "--timeout=60s")
-    pool = NodePool(control_plane)
+    pool = RealNodePool(control_plane)
     try:
         yield pool
     finally:
@@ -65,7 +65,7 @@ def node_pool(control_plane: ControlPlane) -> Iterator[NodePool]:
         control_plane.kubectl("delete", "nodeloads", "--all", "--ignore-not-found")
 
 
-def real_node(pool: NodePool, kind: str) -> RealNode:
+def real_node(pool: RealNodePool, kind: str) -> RealNode:
     """``default``: the kubelet's default cgroupRoot ``/`` (pods under ``/kubepods``); ``custom``: its own."""
     return pool.get(f"rn-{kind}", cgroup_root="/" if kind == "default" else "")
 
@@ -94,7 +94,7 @@ def close(measured: float, reference: float) -> bool:
 
 @pytest.mark.parametrize("kind", ["default", "custom"])
 def test_the_agent_measures_real_pods_as_the_kubelet_does(
-    control_plane: ControlPlane, node_pool: NodePool, kind: str, tmp_path: Path
+    control_plane: ControlPlane, node_pool: RealNodePool, kind: str, tmp_path: Path
 ) -> None:
     """A CPU-limited burner at its limit, a Guaranteed burner at its CPU and a pod holding memory: the
     NodeLoad's figures within 25 % of the kubelet's ``/stats/summary`` over the same time."""
@@ -172,7 +172,7 @@ def test_the_agent_measures_real_pods_as_the_kubelet_does(
 
 
 def test_an_agent_that_looks_in_the_wrong_place_says_so(
-    control_plane: ControlPlane, node_pool: NodePool, tmp_path: Path
+    control_plane: ControlPlane, node_pool: RealNodePool, tmp_path: Path
 ) -> None:
     """The kubelet runs with ``cgroupRoot: /<node>``; the agent is given a kubelet configuration that says
     nothing of it (the kubelet's defaults): pods are bound, none of their cgroups is under ``/kubepods``.

@@ -26,8 +26,8 @@ from ballast.testing.controlplane import ControlPlane, wait_until
 from ballast.testing.realnode import (
     BURN,
     NodeAgent,
-    NodePool,
     RealNode,
+    RealNodePool,
     busybox_pod,
     delete_pods,
     require_real_nodes,
@@ -52,7 +52,7 @@ def rig(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
     require_real_nodes()
     control_plane.kubectl("apply", "-f", str(CRD))
     control_plane.kubectl("wait", "--for", "condition=Established", "--timeout", "120s", "-f", str(CRD))
-    pool = NodePool(control_plane)
+    pool = RealNodePool(control_plane)
     ext = Extender(control_plane)
     agent = None
     try:

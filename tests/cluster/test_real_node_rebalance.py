@@ -24,7 +24,14 @@ from ballast.kube.client import ApiError, Kube
 from ballast.testing.binaries import MissingPiece
 from ballast.testing.controlplane import ControlPlane, wait_until
 from ballast.testing.parts import missing_part
-from ballast.testing.realnode import BURN, NodeAgent, NodePool, busybox_pod, require_real_nodes, wait_running
+from ballast.testing.realnode import (
+    BURN,
+    NodeAgent,
+    RealNodePool,
+    busybox_pod,
+    require_real_nodes,
+    wait_running,
+)
 from tests.cluster.test_extender_e2e import CRD as NRT_CRD
 from tests.cluster.test_extender_e2e import SCHEDULER, Extender, scheduler_config
 from tests.cluster.test_rebalancer_e2e import NS, Rebalancer, apply, deployment, pods_of
@@ -69,7 +76,7 @@ def rig(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
     work = tmp_path_factory.mktemp("rebalance")
     policy = work / "policy.yaml"
     policy.write_text(yaml.safe_dump(POLICY))
-    pool = NodePool(control_plane)
+    pool = RealNodePool(control_plane)
     ext = Extender(control_plane, policy=policy)
     things: list[Any] = []
     try:

@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ballast.contract.annotations import format_hot_value, format_load, fresh, parse_sample, parse_timestamp
+from ballast.contract.annotations import format_hot_value, format_load, fresh, parse_timestamp, read_sample
 from ballast.contract.durations import format_duration, parse_duration
 
 
@@ -94,13 +94,14 @@ def test_unreadable_timestamps_are_no_information(text: str) -> None:
     ],
 )
 def test_malformed_samples_are_none(raw: object) -> None:
-    assert parse_sample(raw) is None
+    for strict in (True, False):
+        assert read_sample(raw, UTC_STAMP, strict=strict)[0] is None
 
 
 def test_sample_roundtrip_and_freshness() -> None:
     raw = format_load(0.352104, UTC_STAMP)
     assert raw == "0.35210,2026-11-22T07:00:00Z"
-    s = parse_sample(raw)
+    s, _ = read_sample(raw, UTC_STAMP)
     assert s is not None and math.isclose(s.value, 0.3521)
     assert s.is_fresh(UTC_STAMP + 479, 480)
     assert not s.is_fresh(UTC_STAMP + 480, 480)
@@ -113,3 +114,19 @@ def test_sample_roundtrip_and_freshness() -> None:
         assert (fresh(s, 480, now) is s) is s.is_fresh(now, 480)
     assert fresh(None, 480, UTC_STAMP) is None
     assert format_hot_value(3, UTC_STAMP) == "3,2026-11-22T07:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("10.5,2026-11-22T07:00:00Z", "above the sane maximum"),
+        ("0.5,2026-11-22T07:05:01Z", "in the future"),
+    ],
+)
+def test_strictness_is_the_one_parameter(raw: str, why: str) -> None:
+    """One reader: strict (the default, whoever decides whether a value counts) refuses a value above the cap
+    and a stamp further ahead than the allowed skew; ``strict=False`` reads the same text as written."""
+    sample, reason = read_sample(raw, UTC_STAMP, cap=10.0)
+    assert sample is None and reason is not None and why in reason
+    loose, reason = read_sample(raw, UTC_STAMP, cap=10.0, strict=False)
+    assert loose is not None and reason is None

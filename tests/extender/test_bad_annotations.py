@@ -56,13 +56,13 @@ def bad_count(metrics: ExtenderMetrics, metric: str) -> float:
     ],
 )
 def test_values_that_cannot_be_a_ratio_are_bad_with_a_reason(raw: str, why: str) -> None:
-    sample, reason = read_sample(raw, None, CAPTURE_TIME, cap=10.0)
+    sample, reason = read_sample(raw, CAPTURE_TIME, cap=10.0)
     assert sample is None and reason is not None and why in reason
 
 
 def test_a_timestamp_within_the_skew_allowance_is_accepted() -> None:
     ahead = format_load(0.5, CAPTURE_TIME + MAX_FUTURE_SECONDS - 5)
-    sample, reason = read_sample(ahead, None, CAPTURE_TIME, cap=10.0)
+    sample, reason = read_sample(ahead, CAPTURE_TIME, cap=10.0)
     assert reason is None and sample is not None and sample.value == 0.5
 
 

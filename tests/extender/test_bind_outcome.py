@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from ballast.contract.annotations import Sample
+from ballast.contract.annotations import LoadSample
 from ballast.extender.bind import Binder
 from ballast.extender.load_bind import LoadPreBind
 from ballast.extender.wire import BindingArgs
 from ballast.kube.client import ApiError
 from ballast.model.ledger import Ledger
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 from ballast.model.podinfo import pod_info
 from ballast.model.policy import load_policy
 from ballast.model.policy_store import PolicyStore
@@ -81,8 +81,8 @@ class Api:
 
 
 def binder(api: Api, ledger: Ledger, watch: PodWatch) -> Binder:
-    load = NodeLoad(NODE, {"cpu_usage_avg_5m": Sample(0.1, NOW)}, allocatable_cpu_milli=8000)
-    lookup: Callable[[str], NodeLoad | None] = {NODE: load}.get
+    load = NodeState(NODE, {"cpu_usage_avg_5m": LoadSample(0.1, NOW)}, allocatable_cpu_milli=8000)
+    lookup: Callable[[str], NodeState | None] = {NODE: load}.get
     store = PolicyStore(POLICY)
     check = LoadPreBind(api, ledger, store, lookup, lambda: NOW, bound_node=watch.nodes.get)  # type: ignore[arg-type]
     return Binder(api, ledger, lambda: NOW, pre_bind=[check], bound_node=watch.nodes.get)  # type: ignore[arg-type]

@@ -256,9 +256,10 @@ def test_estimation_rises_after_binds_and_drops_with_newer_annotation_or_delete(
     cache = app.state.services.cache
     base = client.get(f"/nodes/{IDLE}").json()
     assert base["estimation"]["pods"] == []
-    # someone else binds a pod (not through Ballast): the pod watch records it at its PodScheduled time
+    # someone else binds a pod (not through Ballast): the pod watch records it at its PodScheduled time. A
+    # binding sets spec.nodeName and the condition in one write, so the condition is in place before the pod
+    # shows up bound (bound without it, the pod would be dated by its creation, on the server's real clock).
     fake_kube.add(pod_obj("batch-1", cpu="2", mem="1Gi"))
-    fake_kube.patch("pods", "batch-1", {"spec": {"nodeName": IDLE}}, namespace="shop")
     fake_kube.patch(
         "pods",
         "batch-1",
@@ -276,6 +277,7 @@ def test_estimation_rises_after_binds_and_drops_with_newer_annotation_or_delete(
             }
         },
     )
+    fake_kube.patch("pods", "batch-1", {"spec": {"nodeName": IDLE}}, namespace="shop")
     wait_for(lambda: len(client.get(f"/nodes/{IDLE}").json()["estimation"]["pods"]) == 1)
     view = client.get(f"/nodes/{IDLE}").json()
     cpu5m = next(m for m in view["metrics"] if m["metric"] == "cpu_usage_avg_5m")

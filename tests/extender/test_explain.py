@@ -16,7 +16,7 @@ from ballast.extender.main import create_app
 from ballast.extender.numa.crane_bind import MISSING
 from ballast.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
 from ballast.kube.client import Kube, load_api_client
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 from ballast.model.policy import load_policy
 from ballast.testing.parts import POLICY_FILE
 from tests.conftest import CAPTURE_TIME, fixture_files, read_fixture
@@ -197,7 +197,7 @@ def test_standalone_nodes_are_remembered_for_a_while_and_say_so() -> None:
 def test_the_remembered_nodes_are_capped() -> None:
     nodes = RememberedNodes(3, 60, lambda: 0.0)
     for name in "abcde":
-        nodes[name] = NodeLoad(name)
+        nodes[name] = NodeState(name)
     assert len(nodes) == 3 and sorted(nodes.drain_forgotten()) == ["a", "b"]
     assert nodes.drain_forgotten() == []
 

@@ -374,10 +374,10 @@ def test_assumed_record_expires_forgets_and_settles() -> None:
 
 class _Record:
     def __init__(self, ns: str, name: str, cpu: int, limit: int, mem: int, mem_limit: int) -> None:
-        from ballast.model.podinfo import PodInfo
+        from ballast.model.podinfo import PodDemand
 
         self.namespace, self.name = ns, name
-        self.info = PodInfo(ns, name, name, False, cpu, limit, mem, mem_limit)
+        self.info = PodDemand(ns, name, name, False, cpu, limit, mem, mem_limit)
 
 
 @pytest.mark.parametrize("method", ["all", "with-exclusive-resources"])

@@ -1,4 +1,4 @@
-"""``PodInfoMemo``: one pod read once on its way through filter, prioritize and the pod watch, while every
+"""``PodDemandMemo``: one pod read once on its way through filter, prioritize and the pod watch, while every
 copy that differs in what the reading depends on is read again."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ballast.model import podinfo
 from ballast.model.bad_request import BadRequest
-from ballast.model.podinfo import PodInfoMemo
+from ballast.model.podinfo import PodDemandMemo
 
 
 def _pod(cpu: object = "500m", priority: object = 10, uid: str = "u1") -> dict:
@@ -34,7 +34,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
 
 def test_three_copies_of_one_pod_are_read_once(reads: list[object]) -> None:
-    memo = PodInfoMemo()
+    memo = PodDemandMemo()
     body = orjson.dumps(_pod())
     infos = [memo(orjson.loads(body)) for _ in range(3)]  # filter, prioritize, the watch: separate copies
     bound = orjson.loads(body)
@@ -46,7 +46,7 @@ def test_three_copies_of_one_pod_are_read_once(reads: list[object]) -> None:
 
 
 def test_a_copy_that_differs_is_read_again(reads: list[object]) -> None:
-    memo = PodInfoMemo()
+    memo = PodDemandMemo()
     assert memo(_pod("500m")).cpu_request_milli == 500
     assert memo(_pod("1")).cpu_request_milli == 1000  # resized, or a caller's edited copy
     assert memo(_pod("1", priority=True)).priority is None  # True == 1, but it is no priority
@@ -57,7 +57,7 @@ def test_a_copy_that_differs_is_read_again(reads: list[object]) -> None:
 
 
 def test_it_is_bounded_and_keeps_the_newest() -> None:
-    memo = PodInfoMemo(cap=3)
+    memo = PodDemandMemo(cap=3)
     for i in range(10):
         memo(_pod(uid=f"u{i}"))
     assert len(memo) == 3
@@ -65,7 +65,7 @@ def test_it_is_bounded_and_keeps_the_newest() -> None:
 
 
 def test_unusual_shapes_take_the_plain_path() -> None:
-    memo = PodInfoMemo()
+    memo = PodDemandMemo()
     assert memo({"metadata": {"name": "p"}, "spec": {}}).uid == ""  # no UID: nothing to remember it by
     with pytest.raises(BadRequest):
         memo({"metadata": {"uid": "u"}, "spec": ["not an object"]})

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ballast.contract.annotations import Sample
+from ballast.contract.annotations import LoadSample
 from ballast.model.estimation import (
     Estimate,
     counts,
@@ -17,8 +17,8 @@ from ballast.model.estimation import (
     still_counted,
     units,
 )
-from ballast.model.nodestate import NodeLoad
-from ballast.model.podinfo import PodInfo
+from ballast.model.nodestate import NodeState
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy import Estimation, load_policy
 from ballast.testing.parts import POLICY_FILE
 
@@ -27,8 +27,8 @@ NOW = 1_000_000.0
 MiB = 2**20
 
 
-def pod(cpu_req: int = 0, cpu_lim: int = 0, mem_req: int = 0, mem_lim: int = 0) -> PodInfo:
-    return PodInfo("ns", "p", "uid", False, cpu_req, cpu_lim, mem_req, mem_lim)
+def pod(cpu_req: int = 0, cpu_lim: int = 0, mem_req: int = 0, mem_lim: int = 0) -> PodDemand:
+    return PodDemand("ns", "p", "uid", False, cpu_req, cpu_lim, mem_req, mem_lim)
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def pod(cpu_req: int = 0, cpu_lim: int = 0, mem_req: int = 0, mem_lim: int = 0) 
         (pod(mem_req=100 * MiB, mem_lim=50 * MiB), (250, 70 * MiB)),
     ],
 )
-def test_estimate_usage(info: PodInfo, expected: tuple[int, int]) -> None:
+def test_estimate_usage(info: PodDemand, expected: tuple[int, int]) -> None:
     assert estimate_usage(info, Estimation()) == expected
 
 
@@ -50,7 +50,7 @@ def test_extra_counts_pods_placed_after_the_measurement_until_their_ttl() -> Non
     assert cpu_metrics
     metric = cpu_metrics[0]
     ttl = next(t for m, _, t in plan if m == metric)
-    load = NodeLoad("n", {metric: Sample(0.5, NOW - ttl - 10)}, allocatable_cpu_milli=4000)
+    load = NodeState("n", {metric: LoadSample(0.5, NOW - ttl - 10)}, allocatable_cpu_milli=4000)
     after = Estimate("a", "ns/a", "n", 1000, 0, NOW - 30)
     before = Estimate("b", "ns/b", "n", 1000, 0, NOW - ttl - 20)  # already in the measurement
     expired = Estimate("c", "ns/c", "n", 1000, 0, NOW - ttl - 1)  # after it, but past its TTL
@@ -60,7 +60,7 @@ def test_extra_counts_pods_placed_after_the_measurement_until_their_ttl() -> Non
     incoming = Estimate("i", "ns/i", "", 500, 0, NOW, tentative=True)
     ratios = extra(load, plan, counted, incoming, minus={"cpu": 300})
     assert ratios == {metric: (1000 + 500 - 300) / 4000}
-    assert extra(NodeLoad("bare"), plan, {}, incoming) == {}  # no sample, nothing to add to
+    assert extra(NodeState("bare"), plan, {}, incoming) == {}  # no sample, nothing to add to
     held = Estimate("h", "ns/h", "n", 1, 0, NOW - ttl - 20, tentative=True)
     assert still_counted(load, plan, [after, before, expired, held], NOW) == [after, held]
 
@@ -71,7 +71,7 @@ def test_a_pod_placed_in_the_second_of_the_measurement_counts() -> None:
     plan = metric_plan(POLICY)
     metric = next(m for m, resource, _ in plan if resource == "cpu")
     stamped = NOW - 60
-    load = NodeLoad("n", {metric: Sample(0.5, stamped)}, allocatable_cpu_milli=4000)
+    load = NodeState("n", {metric: LoadSample(0.5, stamped)}, allocatable_cpu_milli=4000)
     same_second = Estimate("s", "ns/s", "n", 1000, 0, stamped)
     second_before = Estimate("b", "ns/b", "n", 1000, 0, stamped - 1)
     assert units(load, plan, [same_second, second_before], NOW) == {metric: 1000}
@@ -90,8 +90,8 @@ def test_units_equals_counting_each_estimate_for_each_metric(stamps, pods) -> No
     per metric. Measurement times shared between metrics, estimates older than some TTLs and younger than
     others: the two always agree."""
     plan = metric_plan(POLICY)
-    samples = {m: Sample(0.5, NOW + stamps[i % len(stamps)]) for i, (m, _, _) in enumerate(plan)}
-    load = NodeLoad("n", samples, allocatable_cpu_milli=4000, allocatable_memory_bytes=1 << 34)
+    samples = {m: LoadSample(0.5, NOW + stamps[i % len(stamps)]) for i, (m, _, _) in enumerate(plan)}
+    load = NodeState("n", samples, allocatable_cpu_milli=4000, allocatable_memory_bytes=1 << 34)
     estimates = [Estimate(f"p{i}", "", "n", c, m, NOW + at) for i, (at, c, m) in enumerate(pods)]
     expected = {}
     for metric, resource, ttl in plan:

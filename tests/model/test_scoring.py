@@ -20,7 +20,7 @@ from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.wire import ExtenderArgs
 from ballast.model.ledger import Ledger
 from ballast.model.load import RUNNER_UP, projected_load, relative_scores
-from ballast.model.nodestate import NodeLoad, parse_node
+from ballast.model.nodestate import NodeState, parse_node
 from ballast.model.podinfo import pod_info
 from ballast.model.policy import PolicyError, load_policy, parse_policy
 from ballast.model.policy_store import PolicyStore
@@ -39,7 +39,7 @@ MEMORY = 16 << 30
 LIMIT = 0.65  # cpu_usage_avg_5m's predicate in the bundled policy
 
 
-def make_node(name: str, usage: float, hot: int | None = None, policy=RELATIVE) -> NodeLoad:
+def make_node(name: str, usage: float, hot: int | None = None, policy=RELATIVE) -> NodeState:
     ann = {m: format_load(usage, NOW - 30) for m in policy.sync_periods}
     if hot is not None:
         ann["node_hot_value"] = format_hot_value(hot, NOW - 30)
@@ -56,7 +56,7 @@ def pod(i: int, cpu: str = "200m", memory: str = "256Mi") -> dict:
     }
 
 
-def extender(loads: dict[str, NodeLoad], policy) -> Extender:
+def extender(loads: dict[str, NodeState], policy) -> Extender:
     return Extender(
         PolicyStore(policy), ExtenderMetrics(), StaticSource(loads), Ledger(policy, lambda: NOW), lambda: NOW
     )
@@ -169,7 +169,7 @@ def test_hot_value_weighs_like_ten_percent_load_per_unit() -> None:
 
 
 def test_unmeasured_and_unknown_nodes_score_zero_and_stay_out_of_the_range() -> None:
-    loads = {"a": make_node("a", 0.30), "b": make_node("b", 0.60), "bare": NodeLoad("bare")}
+    loads = {"a": make_node("a", 0.30), "b": make_node("b", 0.60), "bare": NodeState("bare")}
     assert scores(extender(loads, RELATIVE), ["a", "b", "bare", "ghost"]) == {
         "a": 10,
         "b": 0,
@@ -359,7 +359,7 @@ def test_turning_the_dominant_term_off_on_a_running_extender_ranks_by_the_mean_a
     """An operator sets dominantResourceWeight to 0 (a policy reload): the board drops what it kept per
     pod estimate and prioritize ranks as the weighted mean alone says, and back."""
 
-    def node(name: str, cpu: float, mem: float) -> NodeLoad:
+    def node(name: str, cpu: float, mem: float) -> NodeState:
         ann = {m: format_load(cpu if m.startswith("cpu") else mem, NOW - 30) for m in RELATIVE.sync_periods}
         alloc = {"cpu": f"{CPU_MILLI}m", "memory": str(MEMORY)}
         body = {"metadata": {"name": name, "annotations": ann}, "status": {"allocatable": alloc}}

@@ -17,8 +17,8 @@ from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.wire import ExtenderArgs
 from ballast.model.ledger import Ledger
 from ballast.model.load import check_node, projected_load, score_node
-from ballast.model.nodestate import NodeLoad, parse_node
-from ballast.model.podinfo import PodInfo
+from ballast.model.nodestate import NodeState, parse_node
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy import load_policy
 from ballast.model.policy_store import PolicyStore
 from ballast.model.verdicts import CPU_TIERS, MEMORY_TIERS, UNSURE, VerdictBoard, derive, judge
@@ -49,7 +49,7 @@ def decoded(answer: list | bytes) -> list:
     return orjson.loads(answer) if isinstance(answer, bytes) else answer
 
 
-def make_load(name: str, spec: dict) -> NodeLoad:
+def make_load(name: str, spec: dict) -> NodeState:
     ann = {m: format_load(v, NOW - age) for m, s in spec["values"].items() if s is not None for v, age in [s]}
     if spec["hot"] is not None:
         ann["node_hot_value"] = format_hot_value(spec["hot"][0], NOW - spec["hot"][1])
@@ -63,8 +63,8 @@ def make_load(name: str, spec: dict) -> NodeLoad:
     )
 
 
-def info(uid: str, cpu: int, mem: int) -> PodInfo:
-    return PodInfo("ns", uid, uid, False, cpu, cpu, mem, mem)
+def info(uid: str, cpu: int, mem: int) -> PodDemand:
+    return PodDemand("ns", uid, uid, False, cpu, cpu, mem, mem)
 
 
 @given(spec=node_st, estimates=estimates_st, pod=pod_st)
@@ -333,7 +333,7 @@ def test_a_board_following_the_ledger_equals_a_recomputation(specs, ops) -> None
             assert board.loads_for(cpu, mem) == with_pod
 
 
-def _one_node_following_the_ledger(clock: list[float]) -> tuple[NodeLoad, Ledger, VerdictBoard]:
+def _one_node_following_the_ledger(clock: list[float]) -> tuple[NodeState, Ledger, VerdictBoard]:
     """Node ``n`` (cpu_usage_avg_5m at 0.5 of 4000m), a ledger on ``clock[0]``, and a board over ``n``
     that follows the ledger's estimates, as the extender's names-mode board does."""
     load = make_load("n", {"values": {"cpu_usage_avg_5m": (0.5, 0)}, "hot": None, "cpu": 4000, "mem": None})

@@ -45,7 +45,7 @@ from ballast.agent.cpumanager.state_checkpoint import DEFAULT_STATE_PATH, Checkp
 from ballast.agent.cpuset import CPUSet
 from ballast.agent.topology.model import CPUTopology
 from ballast.contract.exclusive import CPUPolicy, ExclusiveDecision
-from ballast.contract.pod import PodInfo, parse_pod
+from ballast.contract.pod import KubeletPod, parse_pod
 
 __all__ = ["DEFAULT_RECONCILE_PERIOD", "DEFAULT_STATE_PATH", "CPUManager", "ReconcileResult"]
 
@@ -131,7 +131,7 @@ class CPUManager:
         self._lock = threading.Lock()  # pods, decisions, synced: written by watch threads
         self._reconcile_lock = threading.Lock()
         self._wake = threading.Event()
-        self._pods: dict[str, PodInfo] = {}
+        self._pods: dict[str, KubeletPod] = {}
         self._decisions: dict[str, ExclusiveDecision] = {}
         self._frozen: set[str] = set()  # pods with CPUs assigned: their decision no longer changes
         self._synced = False
@@ -144,7 +144,7 @@ class CPUManager:
 
     def on_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """The complete list of this node's pods (a list or relist); pods not in it are gone."""
-        parsed: dict[str, PodInfo] = {}
+        parsed: dict[str, KubeletPod] = {}
         for obj in pods:
             info = parse_pod(obj)
             if self._ours(info):
@@ -181,10 +181,10 @@ class CPUManager:
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         self.on_pod_event(event_type, obj)
 
-    def _ours(self, info: PodInfo) -> bool:
+    def _ours(self, info: KubeletPod) -> bool:
         return bool(info.uid) and info.node_name == self.node_name
 
-    def _decide(self, info: PodInfo) -> None:
+    def _decide(self, info: KubeletPod) -> None:
         """(Re)decide a pod's policy unless it has CPUs assigned (caller holds ``_lock``)."""
         if info.uid in self._frozen:
             return
@@ -244,7 +244,7 @@ class CPUManager:
         self._update_gauges(decisions)
         return result
 
-    def _release_gone(self, active: Mapping[str, PodInfo], result: ReconcileResult) -> None:
+    def _release_gone(self, active: Mapping[str, KubeletPod], result: ReconcileResult) -> None:
         for uid in [uid for uid in self._state.get_assignments() if uid not in active]:
             release = self.policy.release(self._state, uid)
             if release is None:
@@ -258,7 +258,7 @@ class CPUManager:
 
     def _allocate_new(
         self,
-        active: Mapping[str, PodInfo],
+        active: Mapping[str, KubeletPod],
         decisions: Mapping[str, ExclusiveDecision],
         result: ReconcileResult,
     ) -> None:
@@ -315,7 +315,7 @@ class CPUManager:
 
     def _apply_cpusets(
         self,
-        active: Mapping[str, PodInfo],
+        active: Mapping[str, KubeletPod],
         decisions: Mapping[str, ExclusiveDecision],
         result: ReconcileResult,
     ) -> None:

@@ -1,6 +1,6 @@
 """The static CPU policy: crane-agent's per-pod semantics with the kubelet static policy's rigour. Pure.
 
-The policy reads the topology, the reserved CPUs, a ``StateReader`` and parsed pods (``PodInfo``) and
+The policy reads the topology, the reserved CPUs, a ``StateReader`` and parsed pods (``KubeletPod``) and
 returns decisions; the manager applies them to the state and the runtime. No I/O, no clock, no logging.
 
 **Pools.** ``default`` is the state's default set: every CPU not assigned to a container, reserved CPUs
@@ -23,7 +23,7 @@ an allocation that would take the last shared CPU is refused.
 - ``none``: the shared pool.
 
 Only pods of QoS class Guaranteed with at least one container whose CPU request is a whole number
-qualify (``PodInfo.exclusive_cpus``); everything else runs on the shared pool whatever it asks for.
+qualify (``KubeletPod.exclusive_cpus``); everything else runs on the shared pool whatever it asks for.
 
 **Topology result trust.** The result is honoured only for pods whose ``spec.schedulerName`` is in the
 allowed list and, with a result key, only when its seal verifies (``ballast.contract.seal``). Whoever may
@@ -35,7 +35,7 @@ malformed, names NUMA nodes this machine lacks, or whose CPU total differs from 
 count is treated as absent and reported in ``ExclusiveDecision.rejected``. Without a (trusted) result the
 CPUs come from the whole machine, NUMA-packed.
 
-**Containers of a pod.** The pod-level set has ``PodInfo.exclusive_cpus`` CPUs (the kubelet's
+**Containers of a pod.** The pod-level set has ``KubeletPod.exclusive_cpus`` CPUs (the kubelet's
 ``podGuaranteedCPUs``). Sidecars (restartable init containers) and app containers get disjoint parts of
 it; each ordinary init container gets its CPUs from the part not held by sidecars started before it,
 so its CPUs are reused by the app containers (the kubelet's ``cpusToReuse``), and entries of one pod may
@@ -52,7 +52,7 @@ from ballast.agent.cpumanager.state import POLICY_NAME, State, StateReader
 from ballast.agent.cpuset import CPUSet
 from ballast.agent.topology.model import CPUTopology
 from ballast.contract.exclusive import CPUPolicy, ExclusiveDecision, decide_exclusive
-from ballast.contract.pod import ContainerKind, PodInfo, QOSClass
+from ballast.contract.pod import ContainerKind, KubeletPod, QOSClass
 from ballast.contract.seal import verify
 
 __all__ = [
@@ -138,7 +138,7 @@ class StaticPolicy:
         except ValueError:
             return self.default_policy
 
-    def decide(self, pod: PodInfo) -> ExclusiveDecision:
+    def decide(self, pod: KubeletPod) -> ExclusiveDecision:
         """The shared rule (``ballast.contract.exclusive``), so the extender counts exactly the pods pinned
         here."""
         return decide_exclusive(
@@ -182,7 +182,7 @@ class StaticPolicy:
     def desired_cpuset(
         self,
         state: StateReader,
-        pod: PodInfo,
+        pod: KubeletPod,
         decision: ExclusiveDecision,
         container: str,
         shared: CPUSet,
@@ -207,7 +207,7 @@ class StaticPolicy:
 
     # --- allocation ---------------------------------------------------------------------------------
 
-    def allocate(self, state: StateReader, pod: PodInfo, decision: ExclusiveDecision) -> Allocation | None:
+    def allocate(self, state: StateReader, pod: KubeletPod, decision: ExclusiveDecision) -> Allocation | None:
         """CPUs for a pod that pins (exclusive/immovable) and has none yet; ``None`` when nothing is to
         be done. Raises ``AllocationError`` when the CPUs are not free."""
         if not decision.pins or state.has_pod(pod.uid):
@@ -246,7 +246,7 @@ class StaticPolicy:
             raise AllocationError("insufficient", str(e)) from None
         return Allocation(pod.uid, decision.mode, cpus, containers)
 
-    def _distribute(self, pod: PodInfo, cpus: CPUSet) -> dict[str, CPUSet]:
+    def _distribute(self, pod: KubeletPod, cpus: CPUSet) -> dict[str, CPUSet]:
         """Each qualifying container's part of the pod-level set (see the module docstring)."""
         long_running = CPUSet()  # sidecars and app containers: pairwise disjoint
         out: dict[str, CPUSet] = {}

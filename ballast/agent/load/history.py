@@ -18,6 +18,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from ballast.contract.annotations import (
+    CPU_USAGE_AVG_5M,
+    CPU_USAGE_MAX_AVG_1D,
+    CPU_USAGE_MAX_AVG_1H,
+    MEM_USAGE_AVG_5M,
+    MEM_USAGE_MAX_AVG_1D,
+    MEM_USAGE_MAX_AVG_1H,
+)
+
 __all__ = ["MINUTES_PER_DAY", "MinuteSeries", "minute_of"]
 
 MINUTES_PER_DAY = 1440
@@ -149,12 +158,12 @@ WINDOW_MINUTES = 5
 """The NodeLoad's window and crane's ``*_avg_5m``."""
 
 CRANE_METRICS: dict[str, tuple[str, int]] = {
-    "cpu_usage_avg_5m": ("cpu", 0),
-    "cpu_usage_max_avg_1h": ("cpu", 60),
-    "cpu_usage_max_avg_1d": ("cpu", MINUTES_PER_DAY),
-    "mem_usage_avg_5m": ("mem", 0),
-    "mem_usage_max_avg_1h": ("mem", 60),
-    "mem_usage_max_avg_1d": ("mem", MINUTES_PER_DAY),
+    CPU_USAGE_AVG_5M: ("cpu", 0),
+    CPU_USAGE_MAX_AVG_1H: ("cpu", 60),
+    CPU_USAGE_MAX_AVG_1D: ("cpu", MINUTES_PER_DAY),
+    MEM_USAGE_AVG_5M: ("mem", 0),
+    MEM_USAGE_MAX_AVG_1H: ("mem", 60),
+    MEM_USAGE_MAX_AVG_1D: ("mem", MINUTES_PER_DAY),
 }
 """crane's metric names -> (the ratio series, 0 for the 5-minute mean or the max-of-5m-means window in
 minutes). A syncPolicy name not here is not the agent's to write."""

@@ -39,7 +39,7 @@ from ballast.agent.load.checkpoint import HistoryCheckpoint
 from ballast.agent.load.history import CRANE_METRICS, WINDOW_MINUTES, LoadHistory
 from ballast.agent.load.metrics import LoadMetrics
 from ballast.agent.load.pods import NodePods
-from ballast.agent.load.sampler import Sample, Sampler
+from ballast.agent.load.sampler import KernelReading, Sampler
 from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load
 from ballast.contract.nodeload import NODELOAD_PATH, NodeLoadStatus, PodUsage, new_object, render_status
 from ballast.kube.client import ApiError, Kube, path_for
@@ -157,7 +157,7 @@ class LoadReporter:
             self._save(now, result)
         return result
 
-    def _check_pod_cgroups(self, sample: Sample) -> None:
+    def _check_pod_cgroups(self, sample: KernelReading) -> None:
         """Notice pods bound here whose cgroups are nowhere to be found (module docstring)."""
         cgroups = self.sampler.cgroups
         if cgroups is None:

@@ -17,7 +17,7 @@ from ballast.agent.load.cgroups import PodCgroups
 from ballast.agent.load.procfs import CPUTimes, ProcReader, cpu_utilisation
 from ballast.contract.pod import QOSClass
 
-__all__ = ["PodRef", "PodSample", "Sample", "Sampler"]
+__all__ = ["KernelReading", "PodReading", "PodRef", "Sampler"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,9 @@ class PodRef:
 
 
 @dataclass(frozen=True, slots=True)
-class PodSample:
+class PodReading:
+    """One pod's figures in a ``KernelReading``."""
+
     cores: float | None
     """``None`` on the pod's first read (a rate needs two)."""
     working_set: int | None
@@ -39,14 +41,17 @@ class PodSample:
 
 
 @dataclass
-class Sample:
+class KernelReading:
+    """The node's and its pods' figures from one read of ``/proc`` and the pod cgroups (what a load
+    annotation is made of, not one: that is ``ballast.contract.annotations.LoadSample``)."""
+
     when: float
     """Unix seconds."""
     cpu_ratio: float | None
     cpu_cores: float | None
     mem_ratio: float
     mem_bytes: int
-    pods: dict[str, PodSample] = field(default_factory=dict)
+    pods: dict[str, PodReading] = field(default_factory=dict)
     skipped: int = 0
     """Pods whose cgroup could not be read in this sample."""
 
@@ -70,7 +75,7 @@ class Sampler:
         self._pods: dict[str, tuple[int, int]] = {}
         """pod uid -> (monotonic ns of the read, cgroup CPU ns)."""
 
-    def sample(self, pods: Iterable[PodRef]) -> Sample:
+    def sample(self, pods: Iterable[PodRef]) -> KernelReading:
         """Read everything once; ``ProcError``/``OSError`` from ``/proc`` propagate (the node's own
         figures are not optional), pod cgroups never raise."""
         times = self.proc.cpu_times()
@@ -78,7 +83,7 @@ class Sampler:
         when = self._clock()
         ratio = cpu_utilisation(self._cpu, times) if self._cpu is not None else None
         self._cpu = times
-        sample = Sample(
+        sample = KernelReading(
             when,
             ratio,
             ratio * times.cpus if ratio is not None else None,
@@ -101,7 +106,7 @@ class Sampler:
             cores = None
             if before is not None and now > before[0] and counters.cpu_ns >= before[1]:
                 cores = (counters.cpu_ns - before[1]) / (now - before[0])
-            sample.pods[pod.uid] = PodSample(cores, counters.working_set)
+            sample.pods[pod.uid] = PodReading(cores, counters.working_set)
         for uid in [u for u in self._pods if u not in seen]:
             del self._pods[uid]
         self.cgroups.forget(seen)

@@ -14,7 +14,7 @@ from ballast.extender.extender import Extender
 from ballast.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS
 from ballast.extender.wire import parse_extender_args
 from ballast.model.bad_request import BadRequest
-from ballast.model.nodestate import NodeLoad
+from ballast.model.nodestate import NodeState
 
 log = logging.getLogger("ballast.api")
 
@@ -49,7 +49,7 @@ async def nodes(request: Request) -> JSONBytes:
     return JSONBytes(head | {"count": len(views), "nodes": views})
 
 
-def _view(ext: Extender, load: NodeLoad, now: float) -> dict[str, Any]:
+def _view(ext: Extender, load: NodeState, now: float) -> dict[str, Any]:
     """One node's view; a node that cannot be explained is shown with the error, never a 500 for all."""
     try:
         return explain_node(ext, load, PLAIN_POD, now)

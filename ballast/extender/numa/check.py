@@ -27,7 +27,7 @@ from ballast.extender.numa.crane import (
     numa_score,
 )
 from ballast.extender.numa.crane_bind import MISSING
-from ballast.model.podinfo import PodInfo
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy_store import PolicyStore
 
 
@@ -58,7 +58,7 @@ class NumaCheck:
         self.community: CommunityCheck | None = None
         """The same checks on nodes with a community NRT (v1alpha2) and no crane one, when watched."""
 
-    def wants(self, pod_obj: dict[str, Any], pod: PodInfo) -> bool:
+    def wants(self, pod_obj: dict[str, Any], pod: PodDemand) -> bool:
         """Whether any NUMA check applies to the pod (prioritize then takes the per-node path)."""
         if self.request(pod_obj, pod) is not None:
             return True
@@ -77,7 +77,7 @@ class NumaCheck:
             return None
         return fit(topo, self.source.zone_usage(node), req, self.store.current.topology.memory_aware)
 
-    def request(self, pod_obj: dict[str, Any], pod: PodInfo) -> NumaRequest | None:
+    def request(self, pod_obj: dict[str, Any], pod: PodDemand) -> NumaRequest | None:
         """The pod's exclusive-CPU need, when it has one and some node pins CPUs (else no NUMA work).
 
         Parsing the pod's containers for it costs as much as the rest of a small prioritize, so it is
@@ -89,7 +89,7 @@ class NumaCheck:
             self._seen[pod.uid] = req
         return req
 
-    def filter(self, pod_obj: dict[str, Any], pod: PodInfo, passing: list[str], failed: dict) -> set[str]:
+    def filter(self, pod_obj: dict[str, Any], pod: PodDemand, passing: list[str], failed: dict) -> set[str]:
         """Reject passing nodes where a pod that needs exclusive CPUs does not fit the NUMA zones; the
         reasons go into ``failed``, the rejected names come back."""
         out = set()
@@ -107,7 +107,7 @@ class NumaCheck:
             out |= self.community.filter(pod_obj, pod, rest, failed)
         return out
 
-    def scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> bool:
+    def scores(self, pod_obj: dict[str, Any], pod: PodDemand, out: list[dict[str, Any]]) -> bool:
         """Fold the NUMA score into a NUMA pod's scores; True when any score changed."""
         changed = False
         req = self.request(pod_obj, pod)

@@ -29,7 +29,7 @@ from ballast.extender.numa.community_view import CommunityView
 from ballast.extender.numa.crane import combine
 from ballast.extender.wire import BindingArgs
 from ballast.kube.async_client import AsyncKube
-from ballast.model.podinfo import PodInfo
+from ballast.model.podinfo import PodDemand
 from ballast.model.policy_store import PolicyStore
 
 MISSING = object()
@@ -56,7 +56,7 @@ class CommunityCheck:
     def seen(self, uid: str) -> Demand | object | None:
         return self._seen.get(uid, MISSING)
 
-    def demand(self, pod_obj: dict[str, Any], pod: PodInfo) -> Demand | None:
+    def demand(self, pod_obj: dict[str, Any], pod: PodDemand) -> Demand | None:
         """What the pod needs aligned; ``None`` without reading it while no node's object filters."""
         if pod.daemonset or not self.view.any_filtering():
             return None
@@ -77,7 +77,7 @@ class CommunityCheck:
         topo = self.fit_target(node)
         return None if topo is None else community_fit(topo, demand, self.view.taken(node), score=score)
 
-    def filter(self, pod_obj: dict[str, Any], pod: PodInfo, passing: list[str], failed: dict) -> set[str]:
+    def filter(self, pod_obj: dict[str, Any], pod: PodDemand, passing: list[str], failed: dict) -> set[str]:
         demand = self.demand(pod_obj, pod)
         if demand is None:
             return set()
@@ -101,7 +101,7 @@ class CommunityCheck:
             self._rejected(len(out))
         return out
 
-    def scores(self, pod_obj: dict[str, Any], pod: PodInfo, out: list[dict[str, Any]]) -> bool:
+    def scores(self, pod_obj: dict[str, Any], pod: PodDemand, out: list[dict[str, Any]]) -> bool:
         demand = self.demand(pod_obj, pod)
         if demand is None:
             return False

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ballast.contract.exclusive import CPUPolicy, decide_exclusive
-from ballast.contract.pod import PodInfo as AgentPod
-from ballast.contract.pod import QOSClass, parse_pod
+from ballast.contract.pod import KubeletPod, QOSClass, parse_pod
 from ballast.contract.quantity import (
     QuantityError,
     format_cpu_milli,
@@ -148,7 +147,7 @@ class ZoneUsage:
 
 
 def exclusive_zones(
-    pod: AgentPod,
+    pod: KubeletPod,
     topo: NodeTopology | None,
     allowed_schedulers: Collection[str],
     sealed: bool | None = None,

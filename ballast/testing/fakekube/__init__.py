@@ -1,6 +1,6 @@
 """In-process fake Kubernetes API server for Ballast's tests (see README.md)."""
 
-from .errors import ApiError
+from .errors import StatusError
 from .fake import FakeKube, FakeKubeError, Injection
 from .objects import make_event, make_lease, make_node, make_nrt, make_pod
 from .resources import (
@@ -22,12 +22,12 @@ __all__ = [
     "NODES",
     "NODE_RESOURCE_TOPOLOGIES",
     "PODS",
-    "ApiError",
     "FakeKube",
     "FakeKubeError",
     "Injection",
     "RecordedRequest",
     "ResourceType",
+    "StatusError",
     "custom_resource",
     "make_event",
     "make_lease",

@@ -41,7 +41,7 @@ def qualified(group: str, resource: str) -> str:
     return f"{resource}.{group}" if group else resource
 
 
-class ApiError(Exception):
+class StatusError(Exception):
     """A failed API call; `status()` is the JSON body the real server would send."""
 
     def __init__(
@@ -79,14 +79,14 @@ def _details(group: str, resource: str, name: str, **extra: Any) -> dict[str, An
     return {"name": name, "group": group, "kind": resource, **extra}
 
 
-def not_found(group: str, resource: str, name: str) -> ApiError:
-    return ApiError(
+def not_found(group: str, resource: str, name: str) -> StatusError:
+    return StatusError(
         404, "NotFound", f'{qualified(group, resource)} "{name}" not found', _details(group, resource, name)
     )
 
 
-def already_exists(group: str, resource: str, name: str) -> ApiError:
-    return ApiError(
+def already_exists(group: str, resource: str, name: str) -> StatusError:
+    return StatusError(
         409,
         "AlreadyExists",
         f'{qualified(group, resource)} "{name}" already exists',
@@ -94,8 +94,8 @@ def already_exists(group: str, resource: str, name: str) -> ApiError:
     )
 
 
-def conflict(group: str, resource: str, name: str, cause: str = OPTIMISTIC_LOCK_MSG) -> ApiError:
-    return ApiError(
+def conflict(group: str, resource: str, name: str, cause: str = OPTIMISTIC_LOCK_MSG) -> StatusError:
+    return StatusError(
         409,
         "Conflict",
         f'Operation cannot be fulfilled on {qualified(group, resource)} "{name}": {cause}',
@@ -108,7 +108,7 @@ def storage_invalid_obj(key: str, msg: str) -> str:
     return f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: {msg}"
 
 
-def invalid(group: str, kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
+def invalid(group: str, kind: str, name: str, causes: list[tuple[str, str, str]]) -> StatusError:
     """NewInvalid. `causes` are (reason, field, body) like ("FieldValueRequired", "metadata.name", "Required
     value")."""
     gk = f"{kind}.{group}" if group else kind
@@ -121,27 +121,27 @@ def invalid(group: str, kind: str, name: str, causes: list[tuple[str, str, str]]
         "kind": kind,
         "causes": [{"reason": r, "message": body, "field": f} for r, f, body in causes],
     }
-    return ApiError(422, "Invalid", message, details)
+    return StatusError(422, "Invalid", message, details)
 
 
-def bad_request(message: str) -> ApiError:
-    return ApiError(400, "BadRequest", message)
+def bad_request(message: str) -> StatusError:
+    return StatusError(400, "BadRequest", message)
 
 
-def expired(message: str, metadata: dict[str, Any] | None = None) -> ApiError:
-    return ApiError(410, "Expired", message, metadata=metadata)
+def expired(message: str, metadata: dict[str, Any] | None = None) -> StatusError:
+    return StatusError(410, "Expired", message, metadata=metadata)
 
 
-def method_not_allowed() -> ApiError:
-    return ApiError(405, "MethodNotAllowed", _GENERIC[405][1], {})
+def method_not_allowed() -> StatusError:
+    return StatusError(405, "MethodNotAllowed", _GENERIC[405][1], {})
 
 
-def path_not_found() -> ApiError:
-    return ApiError(404, "NotFound", _GENERIC[404][1], {})
+def path_not_found() -> StatusError:
+    return StatusError(404, "NotFound", _GENERIC[404][1], {})
 
 
-def unsupported_media_type(accepted: list[str]) -> ApiError:
-    return ApiError(
+def unsupported_media_type(accepted: list[str]) -> StatusError:
+    return StatusError(
         415,
         "UnsupportedMediaType",
         "the body of the request was in an unknown format - accepted media types include: "
@@ -149,14 +149,14 @@ def unsupported_media_type(accepted: list[str]) -> ApiError:
     )
 
 
-def internal(message: str) -> ApiError:
-    return ApiError(
+def internal(message: str) -> StatusError:
+    return StatusError(
         500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
     )
 
 
-def too_large_rv(requested: int, current: int) -> ApiError:
-    return ApiError(
+def too_large_rv(requested: int, current: int) -> StatusError:
+    return StatusError(
         504,
         "Timeout",
         f"Timeout: Too large resource version: {requested}, current: {current}",
@@ -167,9 +167,9 @@ def too_large_rv(requested: int, current: int) -> ApiError:
     )
 
 
-def generic(code: int, reason: str | None = None, message: str | None = None) -> ApiError:
+def generic(code: int, reason: str | None = None, message: str | None = None) -> StatusError:
     """An error for failure injection: unspecified reason/message default to the server's generic ones."""
     default_reason, default_message = _GENERIC.get(
         code, ("InternalError" if code >= 500 else "", f"code {code}")
     )
-    return ApiError(code, default_reason if reason is None else reason, message or default_message, {})
+    return StatusError(code, default_reason if reason is None else reason, message or default_message, {})

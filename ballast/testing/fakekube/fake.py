@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from . import errors
-from .errors import ApiError
+from .errors import StatusError
 from .resources import DEFAULT_RESOURCES, ResourceType, custom_resource
 from .server import RecordedRequest, _Server
 from .store import MERGE_PATCH, Store
@@ -37,7 +37,7 @@ PATCH_TYPES = {
 class FakeKubeError(Exception):
     """A control-API call the API server would have refused; `.error.status()` is the Status it would send."""
 
-    def __init__(self, error: ApiError) -> None:
+    def __init__(self, error: StatusError) -> None:
         super().__init__(str(error))
         self.error = error
         self.code = error.code
@@ -52,7 +52,7 @@ class Injection:
     path: re.Pattern[str]
     watch: bool | None
     remaining: int | None
-    error: ApiError | None = None
+    error: StatusError | None = None
     delay: float = 0.0
     hits: int = 0
 
@@ -209,7 +209,7 @@ class FakeKube:
     def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except ApiError as exc:
+        except StatusError as exc:
             raise FakeKubeError(exc) from None
 
     def add(self, obj: dict, *, resource: str | ResourceType | None = None) -> dict:
@@ -254,7 +254,7 @@ class FakeKube:
         rt = self.store.resolve(resource)
         try:
             return self.store.get(rt, namespace, name)
-        except ApiError:
+        except StatusError:
             return None
 
     def list(
@@ -370,7 +370,7 @@ class FakeKube:
         with self._lock:
             self._injections.clear()
 
-    def _injected(self, method: str, path: str, watch: bool) -> ApiError | None:
+    def _injected(self, method: str, path: str, watch: bool) -> StatusError | None:
         delay, error = 0.0, None
         with self._lock:
             for injection in self._injections:
@@ -411,7 +411,7 @@ class FakeKube:
         with self._lock:
             payload = self._configz.get(node)
         if payload is None:
-            raise ApiError(
+            raise StatusError(
                 503,
                 "ServiceUnavailable",
                 f"error trying to reach service: dial tcp {node}:10250: connect: connection refused",

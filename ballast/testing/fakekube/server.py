@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from . import errors
-from .errors import ApiError
+from .errors import StatusError
 from .resources import ResourceType
 from .store import Store
 
@@ -31,7 +31,7 @@ class Backend(Protocol):
     store: Store
     _bugs: list[str]
 
-    def _injected(self, method: str, path: str, watch: bool) -> ApiError | None: ...
+    def _injected(self, method: str, path: str, watch: bool) -> StatusError | None: ...
 
     def _configz_for(self, node: str, subresource: str) -> Any: ...
 
@@ -100,10 +100,10 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], fake: Backend) -> None:
         self.fake = fake
-        super().__init__(address, Handler)
+        super().__init__(address, RequestHandler)
 
 
-class Handler(BaseHTTPRequestHandler):
+class RequestHandler(BaseHTTPRequestHandler):
     """Per-connection handler; `server.fake` holds the state."""
 
     protocol_version = "HTTP/1.1"
@@ -199,7 +199,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise errors.bad_request(f"error decoding request body: invalid JSON: {body[:80]!r}")
             route = self._route(path)
             self._serve(route, record)
-        except ApiError as exc:
+        except StatusError as exc:
             record.status = exc.code
             fake._record(record)
             self._send_json(exc.code, exc.status())

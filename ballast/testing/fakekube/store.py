@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import errors
-from .errors import ApiError
+from .errors import StatusError
 from .patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import ResourceType, default_pod, pod_qos_class
 from .selectors import Selector, build_selector
@@ -538,7 +538,7 @@ class Store:
                     patched = strategic_merge_patch(current, patch, rt.smp_strategy)
             except PatchError as exc:
                 if content_type == JSON_PATCH:
-                    raise errors.ApiError(
+                    raise errors.StatusError(
                         422, "Invalid", "the server rejected our request due to an error in our request", {}
                     ) from exc
                 raise errors.bad_request(str(exc)) from exc
@@ -889,7 +889,7 @@ def _parse_rv(text: str) -> int:
     return value
 
 
-def _list_options_invalid(field: str, body: str) -> ApiError:
+def _list_options_invalid(field: str, body: str) -> StatusError:
     return errors.invalid("meta.k8s.io", "ListOptions", "", [("FieldValueForbidden", field, body)])
 
 

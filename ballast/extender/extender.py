@@ -1,5 +1,6 @@
-"""The extender verbs as plain methods on parsed requests: no HTTP here, so tests and benchmarks call
-them directly and the routes stay thin.
+"""The extender verbs as plain methods on parsed requests: no HTTP and no JSON here (answers are plain
+values the HTTP layer encodes, ``ballast.extender.encode``), so tests and benchmarks call them directly and
+the routes stay thin.
 """
 
 from __future__ import annotations
@@ -8,17 +9,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from operator import itemgetter
 from typing import Any, Protocol
-
-import orjson
 
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.numa.check import NumaCheck
 from ballast.extender.numa.crane import NodeTopology, ZoneUsage
 from ballast.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
 from ballast.extender.shadow import ShadowBook
-from ballast.extender.wire import ExtenderArgs, filter_result, require_pod
+from ballast.extender.wire import ExtenderArgs, Scores, filter_result, require_pod
 from ballast.model.bad_request import BadRequest
 from ballast.model.estimation import Estimate, estimate_usage
 from ballast.model.ledger import Ledger
@@ -28,7 +26,7 @@ from ballast.model.podinfo import PodInfo, pod_info, read_pod
 from ballast.model.policy import Policy
 from ballast.model.policy_store import PolicyStore
 from ballast.model.pools import MODES
-from ballast.model.verdicts import VerdictBoard, filter_names, fragments, with_pod
+from ballast.model.verdicts import VerdictBoard, filter_names, with_pod
 
 log = logging.getLogger("ballast.extender")
 
@@ -371,26 +369,23 @@ class Extender:
         if len(passing) == 1:
             self._hold_best(pod, passing, [0], now)
 
-    def prioritize(self, args: ExtenderArgs, encoded: bool = False) -> list[dict[str, Any]] | bytes:
-        """Scores for kube-scheduler; with ``encoded`` the answer may come back as ready JSON bytes."""
+    def prioritize(self, args: ExtenderArgs) -> Scores:
+        """Scores for kube-scheduler, in the order of the request's candidates."""
         policy = self.store.current
         if policy.mode == SHADOW:
             return self._shadow_prioritize(args, policy)
-        return self._prioritize(args, policy, encoded)
+        return self._prioritize(args, policy)
 
-    def _shadow_prioritize(self, args: ExtenderArgs, policy: Policy) -> list[dict[str, Any]]:
+    def _shadow_prioritize(self, args: ExtenderArgs, policy: Policy) -> Scores:
         """Work out the real scores, note Ballast's favourites for the pod (``ballast.extender.shadow``), and
         answer every candidate the same score, so kube-scheduler's own plugins alone decide."""
-        real = self._prioritize(args, policy, encoded=False)
-        assert isinstance(real, list)
-        if real:
-            pod = read_pod(args.pod)
-            if not pod.daemonset:
-                cpu, mem = _size(self.incoming(pod, self.clock()))
-                self.shadow.note(pod.uid, [e["Host"] for e in real], [e["Score"] for e in real], cpu, mem)
-        return [{"Host": e["Host"], "Score": 0} for e in real]
+        real = self._prioritize(args, policy)
+        if real.hosts and not (pod := read_pod(args.pod)).daemonset:
+            cpu, mem = _size(self.incoming(pod, self.clock()))
+            self.shadow.note(pod.uid, real.hosts, real.scores, cpu, mem)
+        return Scores(real.hosts, [0] * len(real.hosts))
 
-    def _prioritize(self, args: ExtenderArgs, policy: Policy, encoded: bool) -> list[dict[str, Any]] | bytes:
+    def _prioritize(self, args: ExtenderArgs, policy: Policy) -> Scores:
         now = self.clock()
         pod = read_pod(args.pod)
         if args.nodes is not None:
@@ -404,10 +399,8 @@ class Extender:
         self._seen["prioritize"].inc(len(names))
         if self.board is None:
             self._names_only_without_cache()
-            return [{"Host": name, "Score": 0} for name in names]
-        return self._prioritize_from_board(
-            self.board, self._from_name, args.pod, pod, names, policy, now, encoded
-        )
+            return Scores(list(names), [0] * len(names))
+        return self._prioritize_from_board(self.board, self._from_name, args.pod, pod, names, policy, now)
 
     def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
         """kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most likely
@@ -434,41 +427,22 @@ class Extender:
         names: list[str],
         policy: Policy,
         now: float,
-        encoded: bool = False,
-    ) -> list[dict] | bytes:
+    ) -> Scores:
+        """crane's scores from the board: every candidate's standing score, but for the few scored exactly
+        (``_scored_exactly``), then the NUMA score folded in for a pod that needs zones."""
         board.refresh(now)
         if policy.scoring == "relative":
-            return self._relative_from_board(board, lookup, pod_obj, pod, names, policy, now, encoded)
-        entries = list(map(board.scored.get, names))  # C-level; None for names the board lacks
-        lacking = None in entries
-        values = [None if e is None else e[0] for e in entries] if lacking else list(map(_score_of, entries))
-        exact = self._scored_exactly(pod, names, entries if lacking else ())
-        numa_pod = self.numa.wants(pod_obj, pod)
-        if encoded and not numa_pod and len(exact) <= _FEW_EXACT:
-            # The common case: every score is the board's standing one, already encoded per node, but for
-            # a few nodes scored exactly: the node holding this pod's own estimate (kube-scheduler asks
-            # again after a failed attempt) and names the board lacks (0 unless the cache knows them).
-            parts = (
-                [e[1] if e is not None else None for e in entries]
-                if lacking
-                else list(map(_json_of, entries))
-            )
-            for name in exact:
-                score = self._exact_score(lookup, name, pod, policy, now)
-                for i in _positions(names, name):
-                    values[i] = score
-                    parts[i] = orjson.dumps({"Host": name, "Score": score})
-            self._hold_best(pod, names, values, now)
-            return b"[" + b",".join(parts) + b"]"
-        if exact:
-            for i, name in enumerate(names):
-                if name in exact:
-                    values[i] = self._exact_score(lookup, name, pod, policy, now)
-        out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
-        if self.numa.scores(pod_obj, pod, out):
-            values = [e["Score"] for e in out]
-        self._hold_best(pod, names, values, now)
-        return out
+            return self._relative_from_board(board, lookup, pod_obj, pod, names, policy, now)
+        values = list(map(board.scored.get, names))  # C-level; None for names the board lacks
+        exact = self._scored_exactly(pod, names, values if None in values else ())
+        for name in exact:
+            score = self._exact_score(lookup, name, pod, policy, now)
+            for i in _positions(names, name):
+                values[i] = score
+        scores: list[int] = values  # type: ignore[assignment]  # every None was a name scored exactly
+        scores = self._numa_scores(pod_obj, pod, names, scores)
+        self._hold_best(pod, names, scores, now)
+        return Scores(names, scores)
 
     def _relative_from_board(
         self,
@@ -479,8 +453,7 @@ class Extender:
         names: list[str],
         policy: Policy,
         now: float,
-        encoded: bool,
-    ) -> list[dict] | bytes:
+    ) -> Scores:
         """Relative scores: each candidate's standing projected load from the board plus this pod's
         estimate (``VerdictBoard.loads_for``), ranked over the candidates. Exactly computed are only the node
         holding this pod's own estimate and names the board lacks."""
@@ -494,23 +467,19 @@ class Extender:
             value = self._exact_load(lookup, name, pod, policy, now, incoming)
             for i in _positions(names, name):
                 loads[i] = value
-        scores = relative_scores(loads)
-        numa_pod = self.numa.wants(pod_obj, pod)
-        if not numa_pod:
-            self._hold_best(pod, names, scores, now)
-        if encoded and not numa_pod and len(names) > _FRAGMENTS_UP_TO:
-            return orjson.dumps([{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)])
-        if encoded and not numa_pod:
-            frags = list(map(board.fragments.get, names))
-            if None in frags:
-                frags = [f if f is not None else fragments(n) for f, n in zip(frags, names, strict=True)]
-            # a comprehension's tuple index is cheaper than calling tuple.__getitem__ through map
-            return b"[" + b",".join([f[s] for f, s in zip(frags, scores, strict=True)]) + b"]"
-        out = [{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)]
-        if numa_pod:
-            self.numa.scores(pod_obj, pod, out)
-            self._hold_best(pod, names, [e["Score"] for e in out], now)
-        return out
+        scores = self._numa_scores(pod_obj, pod, names, relative_scores(loads))
+        self._hold_best(pod, names, scores, now)
+        return Scores(names, scores)
+
+    def _numa_scores(
+        self, pod_obj: dict[str, Any], pod: PodInfo, names: list[str], scores: list[int]
+    ) -> list[int]:
+        """``scores`` with the NUMA score folded in, for a pod that needs zones."""
+        if not self.numa.wants(pod_obj, pod):
+            return scores
+        out = Scores(names, scores).entries()
+        self.numa.scores(pod_obj, pod, out)
+        return [e["Score"] for e in out]
 
     def _exact_load(
         self,
@@ -608,18 +577,9 @@ class Extender:
         return uids, {"cpu": cpu, "memory": mem}
 
 
-_score_of = itemgetter(0)
-_json_of = itemgetter(1)
-_FEW_EXACT = 8
-"""Up to this many exactly scored nodes, prioritize still answers from the pre-encoded fragments."""
 _FEW_TIED = 8
 """Up to this many candidates tied at the top score, the hold weighs which one kube-scheduler will pick;
 more (a cluster of equal nodes, or none measured) is no real preference: the first one."""
-_FRAGMENTS_UP_TO = 2000
-"""Up to this many candidates a relative answer is joined from the board's pre-encoded fragments; above,
-orjson encodes fresh ``{"Host", "Score"}`` dicts (the same bytes). Measured on a busy 2-core machine, the
-fragments are faster up to about 2000 names (500: 57 against 90 us) and slower beyond, once their working
-set (eleven encoded answers per node) no longer stays in the CPU cache (5000: median 6.1 against 1.5 ms)."""
 
 
 def _positions(items: list[str], value: str) -> Iterator[int]:

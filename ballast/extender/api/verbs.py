@@ -20,15 +20,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
+from ballast.extender import encode
 from ballast.extender.api.body import BodyBudgetExceeded, BodyTimeout, BodyTooLarge, read_body
 from ballast.extender.api.responses import Answer, JSONBytes, error
 from ballast.extender.api.state import Services, services
-from ballast.extender.wire import filter_result, parse_binding_args, parse_extender_args, parse_object
+from ballast.extender.wire import (
+    Scores,
+    filter_result,
+    parse_binding_args,
+    parse_extender_args,
+    parse_object,
+)
 from ballast.model.bad_request import BadRequest
 
 log = logging.getLogger("ballast.api")
@@ -118,7 +124,9 @@ class Verb:
 
     name: str
     decide: Callable[[bytes], Any]
-    """The body in, the answer out (bytes of JSON, or something ``JSONBytes`` encodes)."""
+    """The body in, the answer out as plain values."""
+    encode: Callable[[Any], bytes]
+    """The answer (or ``on_fault``'s) as the JSON bytes kube-scheduler reads (``ballast.extender.encode``)."""
     on_fault: Callable[[str], Any]
     """The answer kube-scheduler understands for an unexpected fault, given its message."""
     awaited: bool = False
@@ -168,7 +176,7 @@ async def _answer(
             result = await verb.decide(body)
         else:
             result = _without_cyclic_gc(verb.decide, body)
-        response = Answer(result if isinstance(result, bytes) else orjson.dumps(result))
+        response = Answer(verb.encode(result))
         if len(body) >= RELEASE_AFTER_BYTES:
             response.huge = True  # type: ignore[attr-defined]
     except BadRequest as exc:
@@ -199,7 +207,8 @@ async def _answer(
     except Exception as exc:  # a bug must not become an HTTP 500 on the scheduler's critical path
         code = "500"  # counted as the fault it is, answered in the shape kube-scheduler understands
         log.exception("%s: internal error", name)
-        response = JSONBytes(verb.on_fault(f"ballast internal error in {name}: {type(exc).__name__}: {exc}"))
+        fault = verb.on_fault(f"ballast internal error in {name}: {type(exc).__name__}: {exc}")
+        response = Answer(verb.encode(fault))
     svc.metrics.request_done(name, code, time.perf_counter() - start)
     return response
 
@@ -209,6 +218,7 @@ def _filter_verb(svc: Services) -> Verb:
     return Verb(
         "filter",
         lambda body: ext.answering(ext.filter, parse_extender_args(body)),
+        encode.dumps,
         lambda msg: filter_result(error=msg),
         after=ext.settle,
     )
@@ -218,8 +228,9 @@ def _prioritize_verb(svc: Services) -> Verb:
     ext = svc.extender
     return Verb(
         "prioritize",
-        lambda body: ext.answering(ext.prioritize, parse_extender_args(body), encoded=True),
-        lambda msg: [],
+        lambda body: ext.answering(ext.prioritize, parse_extender_args(body)),
+        encode.ScoreAnswers(ext.board),
+        lambda msg: Scores([], []),
         after=ext.settle,
     )
 
@@ -229,6 +240,7 @@ def _preempt_verb(svc: Services) -> Verb:
     return Verb(
         "preempt",
         lambda body: ext.preempt(parse_object(body, "ExtenderPreemptionArgs")),
+        encode.dumps,
         lambda msg: {"NodeNameToMetaVictims": {}},
     )
 
@@ -245,7 +257,7 @@ def _bind_verb(svc: Services) -> Verb:
             }
         return {"Error": await binder.bind(args)}
 
-    return Verb("bind", bind_, lambda msg: {"Error": msg}, awaited=True)
+    return Verb("bind", bind_, encode.dumps, lambda msg: {"Error": msg}, awaited=True)
 
 
 VERBS: dict[str, Callable[[Services], Verb]] = {

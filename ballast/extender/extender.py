@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.numa.check import NumaCheck
+from ballast.extender.numa.community_check import CommunityCheck
 from ballast.extender.numa.crane import NodeTopology, ZoneUsage
 from ballast.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
 from ballast.extender.shadow import ShadowBook
@@ -66,7 +67,9 @@ class Extender:
         source: NodeSource | None,
         ledger: Ledger,
         clock: Callable[[], float] = time.time,
+        community: CommunityCheck | None = None,
     ) -> None:
+        """``community`` makes the NUMA checks on nodes with a community NRT (v1alpha2) too."""
         self.store = store
         self.metrics = metrics
         self.source = source
@@ -82,7 +85,9 @@ class Extender:
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self._rejected_children: dict[str, Any] = {}
-        self.numa = NumaCheck(store, source, lambda count: self._rejected("numa").inc(count), clock)
+        self.numa = NumaCheck(
+            store, source, lambda count: self._rejected("numa").inc(count), clock, community
+        )
         """The NUMA side of filter and prioritize; remembers what filter learnt for bind."""
         self._answering = threading.local()
         """Set while ``answering`` runs a verb in this thread: the board defers what the verb changes."""

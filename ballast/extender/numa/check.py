@@ -48,15 +48,17 @@ class NumaCheck:
         source: TopologySource | None,
         rejected: Callable[[int], None],
         clock: Callable[[], float] = time.time,
+        community: CommunityCheck | None = None,
     ) -> None:
-        """``rejected(count)`` counts nodes filter rejects for NUMA (the ``numa`` rejection metric)."""
+        """``rejected(count)`` counts nodes filter rejects for NUMA (the ``numa`` rejection metric);
+        ``community`` makes the same checks on nodes with a community NRT (v1alpha2) and no crane one, when
+        those are watched."""
         self.store = store
         self.source = source
         self._rejected = rejected
         self._seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
         """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
-        self.community: CommunityCheck | None = None
-        """The same checks on nodes with a community NRT (v1alpha2) and no crane one, when watched."""
+        self.community = community
 
     def wants(self, pod_obj: dict[str, Any], pod: PodInfo) -> bool:
         """Whether any NUMA check applies to the pod (prioritize then takes the per-node path)."""

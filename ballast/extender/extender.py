@@ -23,7 +23,7 @@ from ballast.model.estimation import Estimate, estimate_usage
 from ballast.model.ledger import Ledger
 from ballast.model.load import Rejection, check_node, projected_load, relative_scores, score_node
 from ballast.model.nodestate import NodeLoad, parse_node
-from ballast.model.podinfo import PodInfo, pod_info, read_pod
+from ballast.model.podinfo import PodInfo, PodRecord, pod_info, read_pod
 from ballast.model.policy import Policy
 from ballast.model.policy_store import PolicyStore
 from ballast.model.pools import MODES
@@ -266,7 +266,8 @@ class Extender:
         (``shadow_would_reject``) and every node passes them; the NUMA fit still applies."""
         policy = self.store.current
         now = self.clock()
-        pod = read_pod(args.pod)
+        record = read_pod.record(args.pod)
+        pod = record.info
         incoming = self.incoming(pod, now)
         shadow = policy.mode == SHADOW
         failed: dict[str, str] = {}
@@ -289,7 +290,7 @@ class Extender:
                     keep = set(passed)
                     passing_nodes = [n for n, name in zip(args.nodes, names, strict=True) if name in keep]
             passing_names = [n["metadata"]["name"] for n in passing_nodes]
-            numa_failed = self.numa.filter(args.pod, pod, passing_names, failed)
+            numa_failed = self._numa_filter(record, passing_names, failed)
             if numa_failed:
                 passing_nodes = [n for n in passing_nodes if n["metadata"]["name"] not in numa_failed]
                 passing_names = [n for n in passing_names if n not in numa_failed]
@@ -308,11 +309,16 @@ class Extender:
             )
             if shadow:
                 passing, failed = list(names), {}
-            numa_failed = self.numa.filter(args.pod, pod, passing, failed)
+            numa_failed = self._numa_filter(record, passing, failed)
             if numa_failed:
                 passing = [n for n in passing if n not in numa_failed]
             self._hold_single(pod, passing, now)
         return filter_result(names=passing, failed=failed)
+
+    def _numa_filter(self, record: PodRecord, passing: list[str], failed: dict[str, str]) -> set[str]:
+        """The nodes of ``passing`` the pod's NUMA need rejects (their reasons into ``failed``)."""
+        need = self.numa.need(record)
+        return self.numa.filter(need, passing, failed) if need is not None else set()
 
     def _filter_from_board(
         self,
@@ -377,35 +383,34 @@ class Extender:
     def prioritize(self, args: ExtenderArgs) -> Scores:
         """Scores for kube-scheduler, in the order of the request's candidates."""
         policy = self.store.current
+        record = read_pod.record(args.pod)
         if policy.mode == SHADOW:
-            return self._shadow_prioritize(args, policy)
-        return self._prioritize(args, policy)
+            return self._shadow_prioritize(args, record, policy)
+        return self._prioritize(args, record, policy)
 
-    def _shadow_prioritize(self, args: ExtenderArgs, policy: Policy) -> Scores:
+    def _shadow_prioritize(self, args: ExtenderArgs, record: PodRecord, policy: Policy) -> Scores:
         """Work out the real scores, note Ballast's favourites for the pod (``ballast.extender.shadow``), and
         answer every candidate the same score, so kube-scheduler's own plugins alone decide."""
-        real = self._prioritize(args, policy)
-        if real.hosts and not (pod := read_pod(args.pod)).daemonset:
+        real = self._prioritize(args, record, policy)
+        pod = record.info
+        if real.hosts and not pod.daemonset:
             cpu, mem = _size(self.incoming(pod, self.clock()))
             self.shadow.note(pod.uid, real.hosts, real.scores, cpu, mem)
         return Scores(real.hosts, [0] * len(real.hosts))
 
-    def _prioritize(self, args: ExtenderArgs, policy: Policy) -> Scores:
+    def _prioritize(self, args: ExtenderArgs, record: PodRecord, policy: Policy) -> Scores:
         now = self.clock()
-        pod = read_pod(args.pod)
         if args.nodes is not None:
             self._seen["prioritize"].inc(len(args.nodes))
             in_request = {load.name: load for load in (self._from_object(n, policy) for n in args.nodes)}
             names = [n["metadata"]["name"] for n in args.nodes]
-            return self._prioritize_from_board(
-                self.request_board, in_request.get, args.pod, pod, names, policy, now
-            )
+            return self._prioritize_from_board(self.request_board, in_request.get, record, names, policy, now)
         names = args.node_names or []
         self._seen["prioritize"].inc(len(names))
         if self.board is None:
             self._names_only_without_cache()
             return Scores(list(names), [0] * len(names))
-        return self._prioritize_from_board(self.board, self._from_name, args.pod, pod, names, policy, now)
+        return self._prioritize_from_board(self.board, self._from_name, record, names, policy, now)
 
     def _hold_best(self, pod: PodInfo, names: list[str], scores: list[int], now: float) -> None:
         """kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most likely
@@ -427,8 +432,7 @@ class Extender:
         self,
         board: VerdictBoard,
         lookup: Callable[[str], NodeLoad | None],
-        pod_obj: dict[str, Any],
-        pod: PodInfo,
+        record: PodRecord,
         names: list[str],
         policy: Policy,
         now: float,
@@ -437,7 +441,8 @@ class Extender:
         (``_scored_exactly``), then the NUMA score folded in for a pod that needs zones."""
         board.refresh(now)
         if policy.scoring == "relative":
-            return self._relative_from_board(board, lookup, pod_obj, pod, names, policy, now)
+            return self._relative_from_board(board, lookup, record, names, policy, now)
+        pod = record.info
         values = list(map(board.scored.get, names))  # C-level; None for names the board lacks
         exact = self._scored_exactly(pod, names, values if None in values else ())
         for name in exact:
@@ -445,7 +450,9 @@ class Extender:
             for i in _positions(names, name):
                 values[i] = score
         scores: list[int] = values  # type: ignore[assignment]  # every None was a name scored exactly
-        scores = self._numa_scores(pod_obj, pod, names, scores)
+        need = self.numa.need(record)
+        if need is not None:
+            self.numa.scores(need, names, scores)
         self._hold_best(pod, names, scores, now)
         return Scores(names, scores)
 
@@ -453,8 +460,7 @@ class Extender:
         self,
         board: VerdictBoard,
         lookup: Callable[[str], NodeLoad | None],
-        pod_obj: dict[str, Any],
-        pod: PodInfo,
+        record: PodRecord,
         names: list[str],
         policy: Policy,
         now: float,
@@ -462,6 +468,7 @@ class Extender:
         """Relative scores: each candidate's standing projected load from the board plus this pod's
         estimate (``VerdictBoard.loads_for``), ranked over the candidates. Exactly computed are only the node
         holding this pod's own estimate and names the board lacks."""
+        pod = record.info
         incoming = self.incoming(pod, now)
         cpu, mem = _size(incoming)
         # C-level; None for a node without information and for a name the board lacks
@@ -472,19 +479,12 @@ class Extender:
             value = self._exact_load(lookup, name, pod, policy, now, incoming)
             for i in _positions(names, name):
                 loads[i] = value
-        scores = self._numa_scores(pod_obj, pod, names, relative_scores(loads))
+        scores = relative_scores(loads)
+        need = self.numa.need(record)
+        if need is not None:
+            self.numa.scores(need, names, scores)
         self._hold_best(pod, names, scores, now)
         return Scores(names, scores)
-
-    def _numa_scores(
-        self, pod_obj: dict[str, Any], pod: PodInfo, names: list[str], scores: list[int]
-    ) -> list[int]:
-        """``scores`` with the NUMA score folded in, for a pod that needs zones."""
-        if not self.numa.wants(pod_obj, pod):
-            return scores
-        out = Scores(names, scores).entries()
-        self.numa.scores(pod_obj, pod, out)
-        return [e["Score"] for e in out]
 
     def _exact_load(
         self,

@@ -25,7 +25,6 @@ from typing import Any
 import orjson
 
 from ballast.extender.cache import _Nodes, _Pods
-from ballast.extender.encode import ScoreAnswers
 from ballast.extender.main import create_app
 from ballast.extender.wire import BindingArgs, parse_extender_args
 from ballast.kube.client import Kube
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     app = create_app(load_policy(POLICY), kube=kube, policy_poll_seconds=0)
     svc = app.state.services
     cache, ext, binder, ledger = svc.cache, svc.extender, svc.binder, svc.extender.ledger
-    encode_scores = ScoreAnswers(ext.board)  # prioritize's answer encoded as the HTTP layer does
+    encode_scores = app.verb_router.verbs["/prioritize"].encode  # prioritize's answer, as the app sends it
     binder.kube.transport = AtOnce()  # the pre-bind steps share the binder's client
     names = [f"n{i}" for i in range(args.nodes)]
     _Nodes(cache).replace([node_body(n, annotations=annotations(0.2)) for n in names], "1")

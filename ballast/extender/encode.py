@@ -8,6 +8,7 @@ Prioritize's, sent for every pod, is joined from fragments kept per node (``Scor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -41,57 +42,55 @@ FRAGMENTS_UP_TO = 2000
 to about 2000 names (500: 57 against 90 us) and slower beyond, once their working set (eleven encoded
 answers per node) no longer stays in the CPU cache (5000: median 6.1 against 1.5 ms)."""
 FEW_UNKNOWN = 8
-"""Up to this many names the board does not know, an answer still comes from fragments (theirs made for
-it alone); more (a flood of unknown names, a whole-node request the cache does not cover) go to orjson."""
-STALE = 64
-"""Nodes the board forgot whose fragments may stay kept; past them, the next answer naming a node without
-fragments drops every one the board forgot."""
+"""Up to this many names without fragments, an answer still comes from fragments (theirs made for it
+alone); more (a flood of unknown names, a whole-node request the cache does not cover) go to orjson."""
+
+NodeListener = Callable[[str, dict[str, Any] | None], None]
 
 
 class ScoreAnswers:
     """Prioritize's answers, joined from fragments (``fragments``): a tuple index per candidate and one
     join, against a dict built and encoded per candidate.
 
-    Fragments are kept for the nodes the names-mode verdict board knows (``board``; without one, every
-    answer is encoded by orjson), made the first time an answer names one, and dropped once the board has
-    forgotten them. Used from the event loop's thread; another thread's answer would at worst make a
-    node's fragments twice."""
+    Fragments are kept for the nodes of the names-mode verdict board (``board``; without one, every answer
+    is encoded by orjson), made when a node event brings the board a node and dropped when one takes it
+    away, not while kube-scheduler waits for an answer. ``node_listeners`` are the cache's: this one is
+    appended after the ``Extender``'s own (it is made from that Extender), so the board has taken an event
+    in when it runs. Both run on the event loop's thread, as the verbs do."""
 
-    def __init__(self, board: VerdictBoard | None) -> None:
+    def __init__(self, board: VerdictBoard | None, node_listeners: list[NodeListener] | None = None) -> None:
         self.board = board
         self._kept: dict[str, tuple[bytes, ...]] = {}
+        if board is not None:
+            self._node_changed("REPLACE", None)
+            if node_listeners is not None:
+                node_listeners.append(self._node_changed)
+
+    def _node_changed(self, event_type: str, obj: dict[str, Any] | None) -> None:
+        """Follow the board: every node after a relist (``obj`` is ``None``), else the event's node."""
+        assert self.board is not None
+        known = self.board.derived
+        kept = self._kept
+        if obj is None:
+            self._kept = {name: kept.get(name) or fragments(name) for name in list(known)}
+            return
+        name = obj["metadata"]["name"]
+        if name not in known:
+            kept.pop(name, None)
+        elif name not in kept:
+            kept[name] = fragments(name)
 
     def __call__(self, answer: Scores) -> bytes:
         hosts = answer.hosts
         if self.board is None or len(hosts) > FRAGMENTS_UP_TO:
             return _fresh(answer)
-        frags = list(map(self._kept.get, hosts))  # C-level; None for a node without fragments yet
+        frags = list(map(self._kept.get, hosts))  # C-level; None for a name without fragments
         if None in frags:
-            frags = self._made(hosts, frags)
-            if frags is None:
+            if frags.count(None) > FEW_UNKNOWN:
                 return _fresh(answer)
+            frags = [f if f is not None else fragments(h) for f, h in zip(frags, hosts, strict=True)]
         # a comprehension's tuple index is cheaper than calling tuple.__getitem__ through map
         return b"[" + b",".join([f[s] for f, s in zip(frags, answer.scores, strict=True)]) + b"]"
-
-    def _made(
-        self, hosts: list[str], frags: list[tuple[bytes, ...] | None]
-    ) -> list[tuple[bytes, ...]] | None:
-        """``frags`` completed: fragments made (and kept) for the board's nodes, made for this answer alone
-        for a few it does not know; ``None`` when there are more of those (orjson encodes the answer)."""
-        assert self.board is not None
-        known = self.board.derived
-        kept = self._kept
-        for host in [h for f, h in zip(frags, hosts, strict=True) if f is None]:
-            if host in known and host not in kept:
-                kept[host] = fragments(host)
-        if len(kept) > len(known) + STALE:
-            self._kept = kept = {h: f for h, f in kept.items() if h in known}
-        frags = list(map(kept.get, hosts))
-        if None not in frags:
-            return frags  # type: ignore[return-value]
-        if frags.count(None) > FEW_UNKNOWN:
-            return None
-        return [f if f is not None else fragments(h) for f, h in zip(frags, hosts, strict=True)]
 
 
 def _fresh(answer: Scores) -> bytes:

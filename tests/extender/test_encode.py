@@ -1,6 +1,5 @@
 """Prioritize's answers from kept fragments are the bytes orjson makes of the same answer, whatever mix of
-names the board knows and does not; fragments are kept only for the board's nodes, and go when it forgets
-them."""
+names the board knows and does not; fragments are kept for the board's nodes, following its node events."""
 
 from __future__ import annotations
 
@@ -8,12 +7,16 @@ import orjson
 import pytest
 
 from ballast.extender import encode
-from ballast.extender.encode import FEW_UNKNOWN, STALE, ScoreAnswers
+from ballast.extender.encode import FEW_UNKNOWN, ScoreAnswers
+from ballast.extender.extender import Extender
+from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.wire import Scores
 from ballast.model.ledger import Ledger
 from ballast.model.nodestate import NodeLoad
 from ballast.model.policy import load_policy
+from ballast.model.policy_store import PolicyStore
 from ballast.model.verdicts import VerdictBoard
+from ballast.testing.node_source import StaticSource
 from ballast.testing.parts import POLICY_FILE
 
 POLICY = load_policy(POLICY_FILE)
@@ -39,7 +42,7 @@ def test_every_mix_of_names_is_the_same_bytes_as_orjson(unknown: int) -> None:
     board, _ = board_of(KNOWN)
     answers = ScoreAnswers(board)
     hosts = [*KNOWN, *(f"stray-{i}" for i in range(unknown)), KNOWN[0]]  # a repeated name too
-    for round_ in range(3):  # the first answer makes the fragments, the others read them
+    for round_ in range(3):
         scores = [(i * 7 + round_) % 11 for i in range(len(hosts))]
         assert answers(Scores(hosts, scores)) == plain(hosts, scores)
 
@@ -51,25 +54,31 @@ def test_without_a_board_and_past_the_fragments_limit_orjson_encodes(monkeypatch
     answers = ScoreAnswers(board)
     monkeypatch.setattr(encode, "FRAGMENTS_UP_TO", len(hosts) - 1)
     assert answers(Scores(hosts, scores)) == plain(hosts, scores)
-    assert not answers._kept
     assert ScoreAnswers(board)(Scores([], [])) == b"[]"
 
 
-def test_fragments_are_kept_for_the_board_s_nodes_only_and_go_when_it_forgets_them() -> None:
-    names = [f"n{i}" for i in range(2 * STALE)]
-    board, loads = board_of(names)
-    answers = ScoreAnswers(board)
-    answers(Scores([*names, "stray"], [0] * (len(names) + 1)))
-    assert set(answers._kept) == set(names)  # not the stray name
-    gone = names[: STALE + 1]
-    for name in gone:
-        del loads[name]
-    board.update(gone, NOW)
-    answers(Scores(names[STALE + 1 :], [0] * (len(names) - STALE - 1)))  # no new name: nothing pruned
-    assert len(answers._kept) == len(names)
-    answers(Scores(["new"], [3]))  # a name without fragments (not the board's either): the forgotten go
-    assert set(answers._kept) == set(names[STALE + 1 :])
-    loads["new"] = NodeLoad("new")
-    board.update(["new"], NOW)
-    assert answers(Scores(["new"], [3])) == b'[{"Host":"new","Score":3}]'
-    assert set(answers._kept) == set(names[STALE + 1 :]) | {"new"}
+def test_fragments_follow_the_board_through_node_events() -> None:
+    """Made when a node event brings the board a node, dropped when one takes it away, all anew after a
+    relist; the encoder hears each event after the Extender (which updates the board) does."""
+    source = StaticSource({n: NodeLoad(n) for n in ("a", "b", "c")})
+    ext = Extender(PolicyStore(POLICY), ExtenderMetrics(), source, Ledger(POLICY, lambda: NOW), lambda: NOW)
+    answers = ScoreAnswers(ext.board, source.node_listeners)
+    assert set(answers._kept) == {"a", "b", "c"}  # the board's nodes when it is made
+
+    def event(kind: str, name: str | None) -> None:
+        for listener in source.node_listeners:
+            listener(kind, None if name is None else {"metadata": {"name": name}})
+
+    assert answers(Scores(["a", "stray"], [1, 2])) == plain(["a", "stray"], [1, 2])
+    assert set(answers._kept) == {"a", "b", "c"}  # a stray name's fragments are made for its answer alone
+    del source.loads["b"]
+    event("DELETED", "b")
+    source.loads["d"] = NodeLoad("d")
+    event("ADDED", "d")
+    assert set(answers._kept) == {"a", "c", "d"}
+    kept = answers._kept["a"]
+    source.loads.clear()
+    source.loads.update({n: NodeLoad(n) for n in ("a", "e")})
+    event("REPLACE", None)
+    assert set(answers._kept) == {"a", "e"} and answers._kept["a"] is kept
+    assert answers(Scores(["e", "a"], [10, 0])) == plain(["e", "a"], [10, 0])

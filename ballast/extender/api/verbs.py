@@ -75,7 +75,7 @@ def _prioritize(svc: Services, name: str) -> Verb:
     return Verb(
         name,
         lambda body: ext.answering(ext.prioritize, parse_extender_args(body)),
-        encode.ScoreAnswers(ext.board),
+        encode.ScoreAnswers(ext.board, ext.source.node_listeners if ext.source is not None else None),
         lambda msg: Scores([], []),
         after=ext.settle,
     )

@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     app = create_app(load_policy(POLICY), kube=kube, policy_poll_seconds=0)
     svc = app.state.services
     cache, ext, binder, ledger = svc.cache, svc.extender, svc.binder, svc.extender.ledger
+    encode_scores = app.verb_router.verbs["/prioritize"].encode  # prioritize's answer, as the app sends it
     binder.kube.transport = AtOnce()  # the pre-bind steps share the binder's client
     names = [f"n{i}" for i in range(args.nodes)]
     _Nodes(cache).replace([node_body(n, annotations=annotations(0.2)) for n in names], "1")
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         t = time.thread_time()
         ext.answering(ext.filter, parse_extender_args(body))
         ext.settle()
-        ext.answering(ext.prioritize, parse_extender_args(body), encoded=True)
+        encode_scores(ext.answering(ext.prioritize, parse_extender_args(body)))
         ext.settle()
         verbs.append(time.thread_time() - t)
         held = ledger.known(f"uid-{i}")

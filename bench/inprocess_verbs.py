@@ -19,6 +19,7 @@ import statistics
 import time
 
 from ballast.contract.annotations import CPU_USAGE_AVG_5M
+from ballast.extender.encode import ScoreAnswers
 from ballast.extender.extender import Extender
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.wire import ExtenderArgs
@@ -57,6 +58,7 @@ def main() -> None:
     ext = Extender(
         PolicyStore(policy), ExtenderMetrics(), StaticSource(loads), Ledger(policy, lambda: now), lambda: now
     )
+    answers = ScoreAnswers(ext.board)  # prioritize's answer encoded as the HTTP layer does
 
     def run(verb: str, calls: int) -> list[float]:
         out = []
@@ -67,7 +69,7 @@ def main() -> None:
             if verb == "filter":
                 ext.answering(ext.filter, request)
             else:
-                ext.answering(ext.prioritize, request, encoded=True)
+                answers(ext.answering(ext.prioritize, request))
             out.append(time.perf_counter() - start)
             ext.settle()
         return out

@@ -36,7 +36,7 @@ def measure(nodes: int, traced: bool = True) -> dict[str, float]:
     import orjson
     from fastapi.testclient import TestClient
 
-    from ballast.extender.api.verbs import release_memory
+    from ballast.extender.api.answer import release_memory
     from ballast.extender.main import create_app
     from ballast.model.policy import load_policy
     from bench.nodes import ROOT, make_nodes

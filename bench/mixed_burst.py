@@ -36,8 +36,6 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import orjson
-
 from ballast.contract.annotations import format_load
 from ballast.extender.extender import Extender
 from ballast.extender.load_bind import LoadPreBind
@@ -233,7 +231,7 @@ def ballast(
             passing = ext.filter(ExtenderArgs(body, None, names))["NodeNames"]
             if not passing:
                 break
-            answer = orjson.loads(ext.prioritize(ExtenderArgs(body, None, passing), encoded=True))
+            answer = ext.prioritize(ExtenderArgs(body, None, passing)).entries()
             scores = {h["Host"]: h["Score"] for h in answer}
             top = max(scores.values())
             node = rng.choice([n for n in passing if scores[n] == top])

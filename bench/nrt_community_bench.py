@@ -26,7 +26,7 @@ from typing import Any
 from ballast.extender.numa.community import parse_community
 from ballast.extender.numa.community_check import CommunityCheck
 from ballast.extender.numa.community_view import CommunityView
-from ballast.model.podinfo import pod_info
+from ballast.model.podinfo import read_pod
 from ballast.model.policy import load_policy
 from ballast.model.policy_store import PolicyStore
 from ballast.testing.nrt_community import GI, guaranteed, nrt, pod, two_zones, zone
@@ -57,6 +57,21 @@ def objects(names: list[str], distinct: bool) -> list[dict[str, Any]]:
     return out
 
 
+def _filter(check: CommunityCheck, p: dict, names: list[str]) -> set[str]:
+    """Filter's community side for pod ``p``: its one record, its demand, the nodes it rejects."""
+    demand = check.demand(read_pod.record(p))
+    return check.filter(demand, names, {}) if demand is not None else set()
+
+
+def _scores(check: CommunityCheck, p: dict, names: list[str]) -> list[int]:
+    """Prioritize's community side for pod ``p``, over scores of 5."""
+    scores = [5] * len(names)
+    demand = check.demand(read_pod.record(p))
+    if demand is not None:
+        check.scores(demand, names, scores)
+    return scores
+
+
 def measure_size(store: PolicyStore, size: int, repeat: int) -> list[tuple[str, int, float, float, str]]:
     names = [f"n{i}" for i in range(size)]
     view = CommunityView(lambda _node: ())
@@ -70,17 +85,13 @@ def measure_size(store: PolicyStore, size: int, repeat: int) -> list[tuple[str, 
         ("filter, Guaranteed 4 CPUs", guaranteed("g", 4), "< 5 ms" if size == 1000 else ""),
         ("filter, BestEffort", pod("be"), "< 0.1 ms"),
     ):
-        info = pod_info(p)
-        median, best = timed(lambda p=p, info=info: check.filter(p, info, names, {}), repeat)
+        median, best = timed(lambda p=p: _filter(check, p, names), repeat)
         rows.append((label, size, median, best, goal))
     g = guaranteed("g", 4)
-    info = pod_info(g)
-    median, best = timed(lambda: distinct.filter(g, info, names, {}), repeat)
+    median, best = timed(lambda: _filter(distinct, g, names), repeat)
     goal = "< 10 ms" if size == 1000 else ""
     rows.append(("filter, Guaranteed 4 CPUs, no two nodes alike", size, median, best, goal))
-    info = pod_info(g)
-    out = [{"Host": n, "Score": 5} for n in names]
-    median, best = timed(lambda: check.scores(g, info, [dict(e) for e in out]), repeat)
+    median, best = timed(lambda: _scores(check, g, names), repeat)
     rows.append(("prioritize, Guaranteed 4 CPUs", size, median, best, "< 20 ms" if size == 1000 else ""))
     return rows
 

@@ -1,13 +1,13 @@
 """What one filter or prioritize costs inside the server process, without the HTTP server or the network.
 
 Both apps are called through ASGI in this process, with the same scope, body and ``receive``/``send``
-a server would give them: the echo extender (``bench.echo_extender``) and Ballast's verb stack as
-``create_app`` wires it (the access log, the verbs' fast path, the verbs), answering in names mode from a
-verdict board over ``--nodes`` parsed nodes (``ballast.testing.node_source.StaticSource``: no watches). Each
-pod is
-new, as in a drain: a filter, then a prioritize, whose hold stays on the ledger. Times are this thread's
-CPU time per request (``time.thread_time``), until the answer's last byte is handed to ``send`` and
-including the work after it (the board's recomputation of the held node), median (p10-p90).
+a server would give them: the echo extender (``bench.echo_extender``) and Ballast's app as ``create_app``
+composes it (``ballast.extender.app.ExtenderApp``: the access log, the verb router, the verbs), answering in
+names mode from a verdict board over ``--nodes`` parsed nodes (``ballast.testing.node_source.StaticSource``:
+no watches; a bare FastAPI behind the verbs, which no request reaches). Each pod is new, as in a drain: a
+filter, then a prioritize, whose hold stays on the ledger. Times are this thread's CPU time per request
+(``time.thread_time``), until the answer's last byte is handed to ``send`` and including the work after it
+(the board's recomputation of the held node), median (p10-p90).
 
     python -m bench.verbs_bench [--sizes 100,500,5000] [--pods 300] [--profile prioritize:5000]
 
@@ -31,10 +31,12 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from fastapi import FastAPI
 
 from ballast.extender.api.access import AccessLog
 from ballast.extender.api.state import Services
-from ballast.extender.api.verbs import VerbFastPath
+from ballast.extender.api.verbs import verbs_for
+from ballast.extender.app import ExtenderApp
 from ballast.extender.extender import Extender
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.model.ledger import Ledger
@@ -51,7 +53,7 @@ App = Callable[..., Any]
 
 
 def ballast_app(size: int) -> App:
-    """Ballast's verbs as ``create_app`` stacks them, over ``size`` nodes in a static source."""
+    """Ballast's app as ``create_app`` composes it, over ``size`` nodes in a static source."""
     policy = load_policy(POLICY)
     now = time.time()
     loads = {n["metadata"]["name"]: parse_node(n, policy, now) for n in make_nodes(size, now=now)}
@@ -59,11 +61,7 @@ def ballast_app(size: int) -> App:
     store = PolicyStore(policy)
     extender = Extender(store, metrics, StaticSource(loads), Ledger(policy))
     svc = Services(store=store, metrics=metrics, extender=extender)
-
-    async def fallback(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        raise AssertionError(f"not a verb: {scope['path']}")
-
-    return AccessLog(VerbFastPath(svc, fallback))
+    return ExtenderApp(svc, verbs_for(svc), FastAPI(), AccessLog())
 
 
 def scope(path: str, body: bytes) -> dict[str, Any]:
@@ -89,9 +87,11 @@ def scope(path: str, body: bytes) -> dict[str, Any]:
 
 
 async def call(app: App, path: str, body: bytes) -> tuple[float, float, bytes]:
-    """CPU seconds until the answer's last byte went to ``send``, and until the call returned; the answer."""
+    """CPU seconds until the answer's last byte went to ``send``, and until the call returned; the answer
+    (which must be a 200)."""
     start = time.thread_time()
     sent_at = 0.0
+    status = 0
     chunks: list[bytes] = []
     delivered = False
 
@@ -103,7 +103,9 @@ async def call(app: App, path: str, body: bytes) -> tuple[float, float, bytes]:
         return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
-        nonlocal sent_at
+        nonlocal sent_at, status
+        if message["type"] == "http.response.start":
+            status = message["status"]
         if message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
@@ -111,6 +113,7 @@ async def call(app: App, path: str, body: bytes) -> tuple[float, float, bytes]:
 
     await app(scope(path, body), receive, send)
     end = time.thread_time()
+    assert status == 200, f"{path}: {status} {b''.join(chunks)[:200]!r}"
     return sent_at - start, end - start, b"".join(chunks)
 
 

@@ -1,5 +1,6 @@
-"""The extender verbs as plain methods on parsed requests: no HTTP here, so tests and benchmarks call
-them directly and the routes stay thin.
+"""The extender verbs as plain methods on parsed requests: no HTTP and no JSON here (answers are plain
+values the HTTP layer encodes, ``ballast.extender.encode``), so tests and benchmarks call them directly and
+the routes stay thin.
 """
 
 from __future__ import annotations
@@ -8,27 +9,25 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from operator import itemgetter
 from typing import Any, Protocol
-
-import orjson
 
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.numa.check import NumaCheck
+from ballast.extender.numa.community_check import CommunityCheck
 from ballast.extender.numa.crane import NodeTopology, ZoneUsage
 from ballast.extender.remembered import REMEMBER_CAP, REMEMBER_SECONDS, RememberedNodes
 from ballast.extender.shadow import ShadowBook
-from ballast.extender.wire import ExtenderArgs, filter_result, require_pod
+from ballast.extender.wire import ExtenderArgs, Scores, filter_result, require_pod
 from ballast.model.bad_request import BadRequest
 from ballast.model.estimation import Estimate, estimate_usage
 from ballast.model.ledger import Ledger
 from ballast.model.load import Rejection, check_node, projected_load, relative_scores, score_node
 from ballast.model.nodestate import NodeState, parse_node
-from ballast.model.podinfo import PodDemand, pod_info, read_pod
+from ballast.model.podinfo import PodDemand, PodRecord, pod_info, read_pod
 from ballast.model.policy import Policy
 from ballast.model.policy_store import PolicyStore
 from ballast.model.pools import MODES
-from ballast.model.verdicts import VerdictBoard, filter_names, fragments, with_pod
+from ballast.model.verdicts import VerdictBoard, filter_names, with_pod
 
 log = logging.getLogger("ballast.extender")
 
@@ -68,7 +67,9 @@ class Extender:
         source: NodeSource | None,
         ledger: Ledger,
         clock: Callable[[], float] = time.time,
+        community: CommunityCheck | None = None,
     ) -> None:
+        """``community`` makes the NUMA checks on nodes with a community NRT (v1alpha2) too."""
         self.store = store
         self.metrics = metrics
         self.source = source
@@ -84,7 +85,9 @@ class Extender:
         self._warned_names_only = False
         self._seen = {v: metrics.nodes_seen.labels(v) for v in ("filter", "prioritize", "preempt")}
         self._rejected_children: dict[str, Any] = {}
-        self.numa = NumaCheck(store, source, lambda count: self._rejected("numa").inc(count), clock)
+        self.numa = NumaCheck(
+            store, source, lambda count: self._rejected("numa").inc(count), clock, community
+        )
         """The NUMA side of filter and prioritize; remembers what filter learnt for bind."""
         self._answering = threading.local()
         """Set while ``answering`` runs a verb in this thread: the board defers what the verb changes."""
@@ -263,7 +266,8 @@ class Extender:
         (``shadow_would_reject``) and every node passes them; the NUMA fit still applies."""
         policy = self.store.current
         now = self.clock()
-        pod = read_pod(args.pod)
+        record = read_pod.record(args.pod)
+        pod = record.info
         incoming = self.incoming(pod, now)
         shadow = policy.mode == SHADOW
         failed: dict[str, str] = {}
@@ -286,7 +290,7 @@ class Extender:
                     keep = set(passed)
                     passing_nodes = [n for n, name in zip(args.nodes, names, strict=True) if name in keep]
             passing_names = [n["metadata"]["name"] for n in passing_nodes]
-            numa_failed = self.numa.filter(args.pod, pod, passing_names, failed)
+            numa_failed = self._numa_filter(record, passing_names, failed)
             if numa_failed:
                 passing_nodes = [n for n in passing_nodes if n["metadata"]["name"] not in numa_failed]
                 passing_names = [n for n in passing_names if n not in numa_failed]
@@ -305,11 +309,16 @@ class Extender:
             )
             if shadow:
                 passing, failed = list(names), {}
-            numa_failed = self.numa.filter(args.pod, pod, passing, failed)
+            numa_failed = self._numa_filter(record, passing, failed)
             if numa_failed:
                 passing = [n for n in passing if n not in numa_failed]
             self._hold_single(pod, passing, now)
         return filter_result(names=passing, failed=failed)
+
+    def _numa_filter(self, record: PodRecord, passing: list[str], failed: dict[str, str]) -> set[str]:
+        """The nodes of ``passing`` the pod's NUMA need rejects (their reasons into ``failed``)."""
+        need = self.numa.need(record)
+        return self.numa.filter(need, passing, failed) if need is not None else set()
 
     def _filter_from_board(
         self,
@@ -371,43 +380,37 @@ class Extender:
         if len(passing) == 1:
             self._hold_best(pod, passing, [0], now)
 
-    def prioritize(self, args: ExtenderArgs, encoded: bool = False) -> list[dict[str, Any]] | bytes:
-        """Scores for kube-scheduler; with ``encoded`` the answer may come back as ready JSON bytes."""
+    def prioritize(self, args: ExtenderArgs) -> Scores:
+        """Scores for kube-scheduler, in the order of the request's candidates."""
         policy = self.store.current
+        record = read_pod.record(args.pod)
         if policy.mode == SHADOW:
-            return self._shadow_prioritize(args, policy)
-        return self._prioritize(args, policy, encoded)
+            return self._shadow_prioritize(args, record, policy)
+        return self._prioritize(args, record, policy)
 
-    def _shadow_prioritize(self, args: ExtenderArgs, policy: Policy) -> list[dict[str, Any]]:
+    def _shadow_prioritize(self, args: ExtenderArgs, record: PodRecord, policy: Policy) -> Scores:
         """Work out the real scores, note Ballast's favourites for the pod (``ballast.extender.shadow``), and
         answer every candidate the same score, so kube-scheduler's own plugins alone decide."""
-        real = self._prioritize(args, policy, encoded=False)
-        assert isinstance(real, list)
-        if real:
-            pod = read_pod(args.pod)
-            if not pod.daemonset:
-                cpu, mem = _size(self.incoming(pod, self.clock()))
-                self.shadow.note(pod.uid, [e["Host"] for e in real], [e["Score"] for e in real], cpu, mem)
-        return [{"Host": e["Host"], "Score": 0} for e in real]
+        real = self._prioritize(args, record, policy)
+        pod = record.info
+        if real.hosts and not pod.daemonset:
+            cpu, mem = _size(self.incoming(pod, self.clock()))
+            self.shadow.note(pod.uid, real.hosts, real.scores, cpu, mem)
+        return Scores(real.hosts, [0] * len(real.hosts))
 
-    def _prioritize(self, args: ExtenderArgs, policy: Policy, encoded: bool) -> list[dict[str, Any]] | bytes:
+    def _prioritize(self, args: ExtenderArgs, record: PodRecord, policy: Policy) -> Scores:
         now = self.clock()
-        pod = read_pod(args.pod)
         if args.nodes is not None:
             self._seen["prioritize"].inc(len(args.nodes))
             in_request = {load.name: load for load in (self._from_object(n, policy) for n in args.nodes)}
             names = [n["metadata"]["name"] for n in args.nodes]
-            return self._prioritize_from_board(
-                self.request_board, in_request.get, args.pod, pod, names, policy, now
-            )
+            return self._prioritize_from_board(self.request_board, in_request.get, record, names, policy, now)
         names = args.node_names or []
         self._seen["prioritize"].inc(len(names))
         if self.board is None:
             self._names_only_without_cache()
-            return [{"Host": name, "Score": 0} for name in names]
-        return self._prioritize_from_board(
-            self.board, self._from_name, args.pod, pod, names, policy, now, encoded
-        )
+            return Scores(list(names), [0] * len(names))
+        return self._prioritize_from_board(self.board, self._from_name, record, names, policy, now)
 
     def _hold_best(self, pod: PodDemand, names: list[str], scores: list[int], now: float) -> None:
         """kube-scheduler binds asynchronously: hold this pod's estimate on the node it will most likely
@@ -429,61 +432,43 @@ class Extender:
         self,
         board: VerdictBoard,
         lookup: Callable[[str], NodeState | None],
-        pod_obj: dict[str, Any],
-        pod: PodDemand,
+        record: PodRecord,
         names: list[str],
         policy: Policy,
         now: float,
-        encoded: bool = False,
-    ) -> list[dict] | bytes:
+    ) -> Scores:
+        """crane's scores from the board: every candidate's standing score, but for the few scored exactly
+        (``_scored_exactly``), then the NUMA score folded in for a pod that needs zones."""
         board.refresh(now)
         if policy.scoring == "relative":
-            return self._relative_from_board(board, lookup, pod_obj, pod, names, policy, now, encoded)
-        entries = list(map(board.scored.get, names))  # C-level; None for names the board lacks
-        lacking = None in entries
-        values = [None if e is None else e[0] for e in entries] if lacking else list(map(_score_of, entries))
-        exact = self._scored_exactly(pod, names, entries if lacking else ())
-        numa_pod = self.numa.wants(pod_obj, pod)
-        if encoded and not numa_pod and len(exact) <= _FEW_EXACT:
-            # The common case: every score is the board's standing one, already encoded per node, but for
-            # a few nodes scored exactly: the node holding this pod's own estimate (kube-scheduler asks
-            # again after a failed attempt) and names the board lacks (0 unless the cache knows them).
-            parts = (
-                [e[1] if e is not None else None for e in entries]
-                if lacking
-                else list(map(_json_of, entries))
-            )
-            for name in exact:
-                score = self._exact_score(lookup, name, pod, policy, now)
-                for i in _positions(names, name):
-                    values[i] = score
-                    parts[i] = orjson.dumps({"Host": name, "Score": score})
-            self._hold_best(pod, names, values, now)
-            return b"[" + b",".join(parts) + b"]"
-        if exact:
-            for i, name in enumerate(names):
-                if name in exact:
-                    values[i] = self._exact_score(lookup, name, pod, policy, now)
-        out = [{"Host": n, "Score": v} for n, v in zip(names, values, strict=True)]
-        if self.numa.scores(pod_obj, pod, out):
-            values = [e["Score"] for e in out]
-        self._hold_best(pod, names, values, now)
-        return out
+            return self._relative_from_board(board, lookup, record, names, policy, now)
+        pod = record.info
+        values = list(map(board.scored.get, names))  # C-level; None for names the board lacks
+        exact = self._scored_exactly(pod, names, values if None in values else ())
+        for name in exact:
+            score = self._exact_score(lookup, name, pod, policy, now)
+            for i in _positions(names, name):
+                values[i] = score
+        scores: list[int] = values  # type: ignore[assignment]  # every None was a name scored exactly
+        need = self.numa.need(record)
+        if need is not None:
+            self.numa.scores(need, names, scores)
+        self._hold_best(pod, names, scores, now)
+        return Scores(names, scores)
 
     def _relative_from_board(
         self,
         board: VerdictBoard,
         lookup: Callable[[str], NodeState | None],
-        pod_obj: dict[str, Any],
-        pod: PodDemand,
+        record: PodRecord,
         names: list[str],
         policy: Policy,
         now: float,
-        encoded: bool,
-    ) -> list[dict] | bytes:
+    ) -> Scores:
         """Relative scores: each candidate's standing projected load from the board plus this pod's
         estimate (``VerdictBoard.loads_for``), ranked over the candidates. Exactly computed are only the node
         holding this pod's own estimate and names the board lacks."""
+        pod = record.info
         incoming = self.incoming(pod, now)
         cpu, mem = _size(incoming)
         # C-level; None for a node without information and for a name the board lacks
@@ -495,22 +480,11 @@ class Extender:
             for i in _positions(names, name):
                 loads[i] = value
         scores = relative_scores(loads)
-        numa_pod = self.numa.wants(pod_obj, pod)
-        if not numa_pod:
-            self._hold_best(pod, names, scores, now)
-        if encoded and not numa_pod and len(names) > _FRAGMENTS_UP_TO:
-            return orjson.dumps([{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)])
-        if encoded and not numa_pod:
-            frags = list(map(board.fragments.get, names))
-            if None in frags:
-                frags = [f if f is not None else fragments(n) for f, n in zip(frags, names, strict=True)]
-            # a comprehension's tuple index is cheaper than calling tuple.__getitem__ through map
-            return b"[" + b",".join([f[s] for f, s in zip(frags, scores, strict=True)]) + b"]"
-        out = [{"Host": n, "Score": v} for n, v in zip(names, scores, strict=True)]
-        if numa_pod:
-            self.numa.scores(pod_obj, pod, out)
-            self._hold_best(pod, names, [e["Score"] for e in out], now)
-        return out
+        need = self.numa.need(record)
+        if need is not None:
+            self.numa.scores(need, names, scores)
+        self._hold_best(pod, names, scores, now)
+        return Scores(names, scores)
 
     def _exact_load(
         self,
@@ -608,18 +582,9 @@ class Extender:
         return uids, {"cpu": cpu, "memory": mem}
 
 
-_score_of = itemgetter(0)
-_json_of = itemgetter(1)
-_FEW_EXACT = 8
-"""Up to this many exactly scored nodes, prioritize still answers from the pre-encoded fragments."""
 _FEW_TIED = 8
 """Up to this many candidates tied at the top score, the hold weighs which one kube-scheduler will pick;
 more (a cluster of equal nodes, or none measured) is no real preference: the first one."""
-_FRAGMENTS_UP_TO = 2000
-"""Up to this many candidates a relative answer is joined from the board's pre-encoded fragments; above,
-orjson encodes fresh ``{"Host", "Score"}`` dicts (the same bytes). Measured on a busy 2-core machine, the
-fragments are faster up to about 2000 names (500: 57 against 90 us) and slower beyond, once their working
-set (eleven encoded answers per node) no longer stays in the CPU cache (5000: median 6.1 against 1.5 ms)."""
 
 
 def _positions(items: list[str], value: str) -> Iterator[int]:

@@ -1,27 +1,24 @@
 """The extender's app factory: ``create_app`` builds a complete service from its parts, so tests build
-one with fakes in a line and the CLI builds the real one.
+one with fakes in a line and the CLI builds the real one. The parts are made in the order they need each
+other and handed whole to the app (``ballast.extender.app``): nothing is wired after construction.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
-from pydantic import TypeAdapter
 
 from ballast import __version__
 from ballast.contract.exclusive import DEFAULT_SCHEDULERS
-from ballast.extender import wire
-from ballast.extender.api import debug, errors, examples, health, verbs
+from ballast.extender.api import debug, errors, health, openapi
 from ballast.extender.api.access import DEFAULT_SLOW_SECONDS, SUMMARY_SECONDS, AccessLog
 from ballast.extender.api.body import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
@@ -30,6 +27,8 @@ from ballast.extender.api.body import (
     BodyBudget,
 )
 from ballast.extender.api.state import Services
+from ballast.extender.api.verbs import Verb, verbs_for
+from ballast.extender.app import ExtenderApp
 from ballast.extender.bind import Binder
 from ballast.extender.cache import ClusterCache
 from ballast.extender.connections import RateLimitedLoopErrors
@@ -45,67 +44,6 @@ from ballast.model.policy import Policy
 from ballast.model.policy_store import PolicyStore
 
 log = logging.getLogger("ballast.extender")
-
-_DOC_MODELS: dict[str, Any] = {
-    "ExtenderArgs": wire.ExtenderArgsModel,
-    "ExtenderFilterResult": wire.ExtenderFilterResult,
-    "HostPriorityList": list[wire.HostPriority],
-    "ExtenderBindingArgs": wire.ExtenderBindingArgs,
-    "ExtenderBindingResult": wire.ExtenderBindingResult,
-    "ExtenderPreemptionArgs": wire.ExtenderPreemptionArgs,
-    "ExtenderPreemptionResult": wire.ExtenderPreemptionResult,
-    "ErrorBody": wire.ErrorBody,
-}
-
-
-def _openapi(app: FastAPI, clock: Callable[[], float]) -> Callable[[], dict[str, Any]]:
-    """Describe the wire models in components, since routes read raw bytes for speed.
-
-    The document is built once; each call returns a copy with request examples dated by ``clock``, so
-    "Try it out" sends fresh load annotations however long the service has run.
-    """
-
-    def base() -> dict[str, Any]:
-        if app.openapi_schema:
-            return app.openapi_schema
-        schema = get_openapi(
-            title=app.title, version=app.version, description=app.description, routes=app.routes
-        )
-        comps = schema.setdefault("components", {}).setdefault("schemas", {})
-        for name, model in _DOC_MODELS.items():
-            js = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")
-            comps.update(js.pop("$defs", {}))
-            js["title"] = name
-            comps[name] = js
-        for ops in schema["paths"].values():
-            for op in ops.values():
-                _tidy_responses(op.get("responses", {}))
-        # No route validates parameters (bodies are parsed by hand into 400s): no 422 can happen.
-        comps.pop("HTTPValidationError", None)
-        comps.pop("ValidationError", None)
-        app.openapi_schema = schema
-        return schema
-
-    def build() -> dict[str, Any]:
-        schema = copy.deepcopy(base())
-        for path, named in examples.request_examples(clock()).items():
-            body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]
-            body["examples"] = {k: {"summary": k, "value": v} for k, v in named.items()}
-        return schema
-
-    return build
-
-
-def _tidy_responses(responses: dict[str, Any]) -> None:
-    """Drop FastAPI's guesses that contradict the declared ones: the 422 of a path parameter that any
-    string satisfies, and the ``"type": "string"`` it puts beside a ``$ref`` for a custom response class
-    (Swagger UI then shows the model as "string")."""
-    responses.pop("422", None)
-    for answer in responses.values():
-        for media in answer.get("content", {}).values():
-            schema = media.get("schema", {})
-            if "$ref" in schema:
-                media["schema"] = {"$ref": schema["$ref"]}
 
 
 DESCRIPTION = """
@@ -137,7 +75,7 @@ def create_app(
     slow_request: float = DEFAULT_SLOW_SECONDS,
     access_summary_seconds: float = SUMMARY_SECONDS,
     nrt_assume_ttl: float = 120.0,
-) -> FastAPI:
+) -> ExtenderApp:
     """Build the extender app.
 
     Without ``kube`` it serves whole-node requests and keeps tentative estimates (holds) of the pods it
@@ -166,12 +104,12 @@ def create_app(
             on_malformed_nrt=lambda _bad: metrics.nrt_malformed.inc(),
             community_assume_ttl=nrt_assume_ttl,
         )
-    extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock)
     community = None
     if cache is not None:
-        community = extender.numa.community = CommunityCheck(
-            store, cache.community, cache.topology, lambda count: extender._rejected("numa").inc(count), clock
+        community = CommunityCheck(
+            store, cache.community, cache.topology, metrics.rejected.labels("numa").inc, clock
         )
+    extender = Extender(store, metrics, source=cache, ledger=ledger, clock=clock, community=community)
     if kube is not None:
         # The bind verb's API calls (the pod read, the NUMA result patch, the Binding) are awaited on the
         # event loop over the lean transport (``ballast.kube.async_client``, ``ballast.kube.lean``), share one
@@ -203,15 +141,30 @@ def create_app(
         extender=extender,
         cache=cache,
         binder=binder,
+        readiness=[cache.readiness] if cache is not None else [],
         max_body_bytes=max_body_bytes,
         body_timeout=body_timeout,
         body_budget=BodyBudget(max_body_bytes_in_flight),
     )
     if cache is not None:
-        svc.readiness.append(cache.readiness)
-        metrics.watches.reflectors = lambda: cache.reflectors
+        metrics.watches.reflectors = lambda: cache.reflectors  # the metrics may be the caller's, made before
 
-    access = AccessLog(None, every_request=access_log, slow=slow_request)
+    access = AccessLog(every_request=access_log, slow=slow_request)
+    verbs = verbs_for(svc)
+    lifespan = _lifespan(store, cache, background or [], policy_poll_seconds, access, access_summary_seconds)
+    return ExtenderApp(svc, verbs, _api(svc, verbs, lifespan, clock), access)
+
+
+def _lifespan(
+    store: PolicyStore,
+    cache: ClusterCache | None,
+    background: list[Callable[[], Any]],
+    policy_poll_seconds: float,
+    access: AccessLog,
+    access_summary_seconds: float,
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """What runs while the app serves: the access log's summaries, the policy file's watch (and SIGHUP),
+    the cache's watches and the ``background`` tasks; stopped in turn at shutdown."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -226,7 +179,7 @@ def create_app(
                 tasks.append(asyncio.create_task(_watch_policy(store, policy_poll_seconds)))
         if cache is not None:
             cache.start(loop)
-        for start in background or []:
+        for start in background:
             result = start()
             if asyncio.iscoroutine(result):
                 tasks.append(asyncio.create_task(result))
@@ -242,9 +195,20 @@ def create_app(
             if cache is not None:
                 await asyncio.to_thread(cache.stop)
 
+    return lifespan
+
+
+def _api(
+    svc: Services,
+    verbs: Mapping[str, Verb],
+    lifespan: Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]],
+    clock: Callable[[], float],
+) -> FastAPI:
+    """FastAPI, for everything but the verbs' fast answers: the verbs' routes (the OpenAPI page, a mounted
+    root path), the debugging and operations routes, one error shape, the document."""
     # FastAPIOffline serves Swagger UI from files in its package, not from a CDN: the docs page works on a
     # cluster without internet access. No ReDoc: its bundle still loads its logo from a CDN.
-    app = FastAPIOffline(
+    api = FastAPIOffline(
         redoc_url=None,
         title="Ballast scheduler extender",
         version=__version__,
@@ -252,35 +216,13 @@ def create_app(
         lifespan=lifespan,
         redirect_slashes=False,
     )
-    app.__class__ = _VerbsFirst  # FastAPIOffline builds a plain FastAPI; this one answers the verbs first
-    app.state.services = svc
-    app.include_router(verbs.router)
-    app.include_router(debug.router)
-    app.include_router(health.router)
-    errors.install(app)
-    app.openapi = _openapi(app, clock)  # type: ignore[method-assign]
-    access.app = verbs.VerbFastPath(svc, super(_VerbsFirst, app).__call__)
-    app.front = access
-    return app
-
-
-class _VerbsFirst(FastAPI):
-    """The extender's app: every HTTP request passes the access log, kube-scheduler's verbs are answered
-    there (``verbs.VerbFastPath``), and everything else goes on to FastAPI.
-
-    In front of FastAPI rather than inside its middleware stack: FastAPI (0.165) asks OpenTelemetry on every
-    request whether a tracer, meter or logger provider is set (reading the environment), which with
-    Starlette's entry was a twentieth of a pod's instructions. So FastAPI's native telemetry, when an
-    operator configures one, sees every route but the four verbs; Ballast's own metrics count and time
-    those."""
-
-    front: Callable[..., Awaitable[None]] | None = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.front is not None and scope["type"] == "http":
-            await self.front(scope, receive, send)
-        else:
-            await super().__call__(scope, receive, send)
+    api.state.services = svc
+    api.include_router(openapi.verb_routes(svc, verbs))
+    api.include_router(debug.router)
+    api.include_router(health.router)
+    errors.install(api)
+    api.openapi = openapi.openapi(api, clock)  # type: ignore[method-assign]  # FastAPI's documented hook
+    return api
 
 
 async def _watch_policy(store: PolicyStore, every: float) -> None:

@@ -1,9 +1,11 @@
-"""The kube-scheduler extender v1 wire format: fast request reading, and models for the docs.
+"""The kube-scheduler extender v1 wire format: fast request reading, the answers' shapes, and models for
+the docs.
 
 Requests are parsed with orjson and only the fields Ballast uses are read; the pydantic models below
 exist for the OpenAPI page and are never built on the request path (a 5000-node request would spend
 most of its time constructing them). Field names are the Go field names (no json tags upstream);
-the scheduler's Go decoder is case-insensitive, so lowercase request keys are accepted too.
+the scheduler's Go decoder is case-insensitive, so lowercase request keys are accepted too. Answers are
+encoded in one place, ``ballast.extender.encode``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,20 @@ class ExtenderArgs:
         if self.nodes is not None:
             return [node_name(n) for n in self.nodes]
         return list(self.node_names or [])
+
+
+@dataclass(slots=True)
+class Scores:
+    """A prioritize answer (HostPriorityList) as the verb decides it: the candidates in request order and
+    each one's score, 0..10. Two lists rather than a dict per host: the answer is encoded from them
+    (``ballast.extender.encode``) without building a dict per candidate."""
+
+    hosts: list[str]
+    scores: list[int]
+
+    def entries(self) -> list[dict[str, Any]]:
+        """``[{"Host": name, "Score": n}, ...]``, the answer as JSON has it."""
+        return [{"Host": h, "Score": s} for h, s in zip(self.hosts, self.scores, strict=True)]
 
 
 def filter_result(
@@ -136,10 +152,6 @@ def parse_extender_args(body: bytes, require_nodes: bool = True) -> ExtenderArgs
     if require_nodes and nodes is None and names is None:
         raise BadRequest("Nodes", "either Nodes (nodeCacheCapable: false) or NodeNames (true) is required")
     return ExtenderArgs(pod, nodes, names)
-
-
-def dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)
 
 
 # ---------------------------------------------------------------------------------------------------

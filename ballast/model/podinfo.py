@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ballast.contract.pod import is_daemonset_pod
+from ballast.contract.pod import KubeletPod, is_daemonset_pod, parse_pod
 from ballast.contract.quantity import parse_bytes as memory_bytes
 from ballast.contract.quantity import parse_cpu_milli as cpu_milli
 from ballast.model.bad_request import BadRequest
@@ -130,6 +130,28 @@ def pod_info(pod: Mapping[str, Any]) -> PodDemand:
     )
 
 
+# Not frozen, for the same reason as ``PodDemand``; only ``detail`` fills its slot later, once.
+@dataclass(slots=True)
+class PodRecord:
+    """The pod of one request, read once for everything that decides on it: filter and prioritize read
+    ``info``, the NUMA checks ``detail``; nothing reads the object a second way.
+
+    ``detail`` (the kubelet's view: QoS, each container's exclusive CPUs, the crane annotations) costs as
+    much as the rest of a small prioritize, and only a pod some node may pin CPUs for needs it: it is
+    parsed the first time it is asked for, and that reading serves every later question of the request."""
+
+    obj: Mapping[str, Any]
+    """The pod as the request carries it."""
+    info: PodDemand
+    _detail: KubeletPod | None = None
+
+    @property
+    def detail(self) -> KubeletPod:
+        if self._detail is None:
+            self._detail = parse_pod(self.obj)
+        return self._detail
+
+
 class PodDemandMemo:
     """``pod_info`` remembered per pod UID, with what it was read from.
 
@@ -175,12 +197,17 @@ class PodDemandMemo:
             read[uid] = (source, info)
         return info
 
+    def record(self, pod: Mapping[str, Any]) -> PodRecord:
+        """The request's one record of ``pod``, its ``info`` read through the memo."""
+        return PodRecord(pod, self(pod))
+
     def __len__(self) -> int:
         return len(self._read)
 
 
 read_pod = PodDemandMemo()
-"""The extender's reading of pods: filter, prioritize and the pod watch share it."""
+"""The extender's reading of pods: filter, prioritize (a ``record`` per request) and the pod watch share
+it."""
 
 
 def _priority(value: Any) -> int | None:

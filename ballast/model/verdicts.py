@@ -5,11 +5,10 @@ estimate on it changes (hold, bind, pod watch), (c) the policy changes, or (d) t
 estimate expire. The board recomputes a node on (a)-(c) as they happen and on (d) via a heap of
 expiry times, and keeps:
 
-- ``scored[node]``: crane's prioritize score (0..10) with the node's current estimates, and its JSON,
-  kept under crane's scoring only (relative scoring ranks by projected load and never reads it);
+- ``scored[node]``: crane's prioritize score (0..10) with the node's current estimates, kept under crane's
+  scoring only (relative scoring ranks by projected load and never reads it);
 - ``projection[node]``: the node's projected load with its current estimates and how much a millicore and
   a byte of estimate add to it (``ballast.model.load.project``), for relative scoring, and
-  ``fragments[node]``: its ``{"Host":name,"Score":n}`` pre-encoded for every n in 0..10, and
   ``loads_for(cpu, mem)``: every node's projected load with a pod of that size, kept for the few sizes asked
   about lately;
 - ``room``: per node the spare capacity, in millicores and bytes, before the tightest fresh predicate of
@@ -43,13 +42,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import filterfalse
 
-import orjson
-
 from ballast.contract.annotations import HOT_VALUE_VALID_SECONDS, fresh
 from ballast.model.estimation import Estimate
 from ballast.model.ledger import Ledger
 from ballast.model.load import (
-    MAX_EXTENDER_SCORE,
     Projection,
     Rejection,
     check_node,
@@ -326,19 +322,6 @@ def restand(
     )
 
 
-_SCORES = tuple(f"{n}}}".encode() for n in range(MAX_EXTENDER_SCORE + 1))
-
-
-def fragments(name: str) -> tuple[bytes, ...]:
-    """``{"Host":name,"Score":n}`` encoded for n = 0..10, so a relative answer is a tuple index per node.
-
-    Built by concatenation, so each is a bytes object of its own size: ``orjson.dumps`` results keep
-    orjson's 4 KiB output buffer (orjson 3.13), and eleven of them per node held ~50 KiB per known node
-    (1.1 GiB at the 20 000 remembered nodes, against the shipped 1 Gi limit)."""
-    head = b'{"Host":' + orjson.dumps(name) + b',"Score":'
-    return tuple(head + tail for tail in _SCORES)
-
-
 def judge(
     d: Derived, cpu_milli: int, memory_bytes: int, now: float, prod: bool = False
 ) -> Rejection | object | None:
@@ -401,11 +384,10 @@ class VerdictBoard:
         self.ledger = ledger
         self._lock = threading.Lock()
         self.derived: dict[str, Derived] = {}
-        self.scored: dict[str, tuple[int, bytes]] = {}
-        """Per node the score and ``{"Host":name,"Score":n}`` already encoded, so that a prioritize answer
-        is one dict lookup per node and a byte join."""
+        self.scored: dict[str, int] = {}
+        """Per node crane's score, so that a prioritize answer under crane's scoring is one dict lookup per
+        node."""
         self.projection: dict[str, Projection] = {}
-        self.fragments: dict[str, tuple[bytes, ...]] = {}
         self.blocked: set[str] = set()
         self.tight_cpu: list[set[str]] = [set() for _ in CPU_TIERS]
         self.tight_memory: list[set[str]] = [set() for _ in MEMORY_TIERS]
@@ -521,7 +503,6 @@ class VerdictBoard:
             self.projection.pop(name, None)
             for table in self._sized.values():
                 table.pop(name, None)
-            self.fragments.pop(name, None)
             self.blocked.discard(name)
             self._tiers_of.pop(name, None)
             for sets in (self.tight_cpu, self.tight_memory):
@@ -537,13 +518,8 @@ class VerdictBoard:
             log.exception("verdict board: could not judge node %s; it counts as no information", name)
             d = derive(NodeState(name), self._policy(), self.ledger, now)
         self.derived[name] = d
-        frags = self.fragments.get(name)
-        if frags is None:
-            frags = self.fragments[name] = fragments(name)
         if d.policy is not None and d.policy.scoring == "crane":
-            entry = self.scored.get(name)
-            if entry is None or entry[0] != d.score:
-                self.scored[name] = (d.score, frags[d.score])  # the same bytes: no second copy per node
+            self.scored[name] = d.score
         projection = self.projection[name] = d.projection
         for (cpu, mem), table in self._sized.items():
             table[name] = with_pod(projection, cpu, mem)
@@ -605,8 +581,6 @@ class VerdictBoard:
             self.next_until = math.inf
             for name in names:
                 self._set(name, now)
-            for name in self.fragments.keys() - self.derived.keys():
-                del self.fragments[name]
 
     def refresh(self, now: float) -> None:
         """Recompute nodes noted by ``defer`` and those whose standing verdict expired by ``now``; cheap

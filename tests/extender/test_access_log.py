@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from ballast.extender.api.access import LINES_PER_SECOND, AccessLog
+from ballast.extender.api.access import LINES_PER_SECOND, AccessLog, AccessLogged
 from ballast.extender.main import create_app
 from ballast.model.policy import load_policy
 from ballast.testing.parts import POLICY_FILE
@@ -56,7 +56,7 @@ class Clock:
 
 
 def serve(access: AccessLog, clock: Clock, path: str, status: int = 200, takes: float = 0.001) -> None:
-    """One request through the middleware, ``takes`` seconds long by the clock."""
+    """One request through the access log's middleware, ``takes`` seconds long by the clock."""
 
     async def endpoint(scope: Any, receive: Any, send: Any) -> None:
         clock.now += takes
@@ -66,14 +66,13 @@ def serve(access: AccessLog, clock: Clock, path: str, status: int = 200, takes: 
     async def send(message: Any) -> None:
         pass
 
-    access.app = endpoint
-    asyncio.run(access({"type": "http", "method": "POST", "path": path}, None, send))
+    asyncio.run(AccessLogged(endpoint, access)({"type": "http", "method": "POST", "path": path}, None, send))
 
 
 def test_a_slow_request_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="ballast.access")
     clock = Clock()
-    access = AccessLog(None, slow=0.1, clock=clock)
+    access = AccessLog(slow=0.1, clock=clock)
     serve(access, clock, "/bind", takes=0.099)
     assert lines(caplog) == []
     serve(access, clock, "/bind", takes=0.150)
@@ -85,7 +84,7 @@ def test_the_summary_counts_every_request_and_only_when_there_were_some(
 ) -> None:
     caplog.set_level(logging.INFO, logger="ballast.access")
     clock = Clock()
-    access = AccessLog(None, slow=0.1, clock=clock)
+    access = AccessLog(slow=0.1, clock=clock)
     access.summarise()
     assert lines(caplog) == []  # a quiet minute says nothing
     for ms in (1, 2, 3, 40):
@@ -110,7 +109,7 @@ def test_failed_lines_are_capped_and_the_summary_says_how_many_were_not_logged(
 ) -> None:
     caplog.set_level(logging.INFO, logger="ballast.access")
     clock = Clock()
-    access = AccessLog(None, clock=clock)
+    access = AccessLog(clock=clock)
     for _ in range(LINES_PER_SECOND + 5):
         serve(access, clock, "/filter", status=400, takes=0.0)
     assert len(lines(caplog)) == LINES_PER_SECOND
@@ -124,7 +123,7 @@ def test_failed_lines_are_capped_and_the_summary_says_how_many_were_not_logged(
 
 def test_the_summary_runs_every_period() -> None:
     clock = Clock()
-    access = AccessLog(None, clock=clock)
+    access = AccessLog(clock=clock)
     serve(access, clock, "/filter")
 
     async def run() -> None:

@@ -231,8 +231,9 @@ def test_captured_requests_ship_with_the_repo() -> None:
 
 
 def test_the_fast_path_answers_as_the_routes_do() -> None:
-    """kube-scheduler's verbs enter through ``ballast.extender.api.verbs.VerbFastPath``; the FastAPI routes
-    (which a mounted app, with a root path, still goes through) give the same statuses, answers and counts."""
+    """kube-scheduler's verbs enter through the verb router (``ballast.extender.api.verb_router``); FastAPI's
+    routes for the verbs (which a mounted app, with a root path, still goes through) give the same statuses,
+    answers and counts."""
     bodies = [(f"/{verb_of(p)}", p.read_bytes()) for p in VERB_FIXTURES]
     bodies += [("/filter", b"{"), ("/prioritize", b"[]"), ("/preempt", b"{}"), ("/bind", b"{}")]
     bodies += [("/bind", b'{"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "n"}')]
@@ -249,3 +250,19 @@ def test_the_fast_path_answers_as_the_routes_do() -> None:
         answers.append(([(r.status_code, r.json()) for r in got], counts))
     assert answers[0] == answers[1]
     assert answers[0][1]  # requests were counted
+
+
+def test_the_router_and_the_openapi_page_read_one_table_of_verbs() -> None:
+    """Each verb is defined once (``ballast.extender.api.verbs.VERBS``): the verb router answers those paths,
+    and the OpenAPI page lists those as the extender's verbs, in the table's order."""
+    from ballast.extender.api.verbs import VERBS
+
+    app = create_app(load_policy(POLICY_FILE))
+    paths = [spec.path for spec in VERBS]
+    assert list(app.verb_router.verbs) == paths == ["/filter", "/prioritize", "/preempt", "/bind"]
+    documented = [
+        path
+        for path, ops in app.openapi()["paths"].items()
+        if "extender verbs" in ops.get("post", {}).get("tags", ())
+    ]
+    assert documented == paths

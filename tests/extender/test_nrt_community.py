@@ -414,7 +414,7 @@ def test_nodes_alike_share_an_answer_but_not_what_is_assumed_on_one_of_them() ->
     from ballast.extender.numa.community_assumed import Assumed
     from ballast.extender.numa.community_check import CommunityCheck
     from ballast.extender.numa.community_view import CommunityView
-    from ballast.model.podinfo import pod_info
+    from ballast.model.podinfo import read_pod
     from ballast.model.policy import load_policy
     from ballast.model.policy_store import PolicyStore
     from ballast.testing.parts import POLICY_FILE
@@ -424,10 +424,13 @@ def test_nodes_alike_share_an_answer_but_not_what_is_assumed_on_one_of_them() ->
     view.assume(Assumed("u", "ns", "p", "b", (("node-1", {"cpu": 1000}),), view.clock()))
     check = CommunityCheck(PolicyStore(load_policy(POLICY_FILE)), view, lambda _n: None, lambda _c: None)
     p = guaranteed("g", 4)
+    demand = check.demand(read_pod.record(p))
+    assert demand is not None
     failed: dict[str, str] = {}
-    assert check.filter(p, pod_info(p), ["a", "b", "c", "d"], failed) == {"b"}
+    assert check.filter(demand, ["a", "b", "c", "d"], failed) == {"b"}
     assert "node-1 free cpu 3" in failed["b"]
-    scores = [{"Host": n, "Score": 0} for n in ("a", "b", "c", "d")]
-    assert check.scores(p, pod_info(p), scores)
-    by = {e["Host"]: e["Score"] for e in scores}
+    hosts = ["a", "b", "c", "d"]
+    scores = [0] * len(hosts)
+    assert check.scores(demand, hosts, scores)
+    by = dict(zip(hosts, scores, strict=True))
     assert by["a"] == by["c"] and by["b"] == 0 and by["d"] > by["a"]

@@ -1,5 +1,6 @@
 """``PodDemandMemo``: one pod read once on its way through filter, prioritize and the pod watch, while every
-copy that differs in what the reading depends on is read again."""
+copy that differs in what the reading depends on is read again; and one record per request, which the NUMA
+checks read too."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ballast.extender.extender import Extender
+from ballast.extender.metrics import ExtenderMetrics
+from ballast.extender.numa import community, crane
+from ballast.extender.wire import ExtenderArgs
 from ballast.model import podinfo
 from ballast.model.bad_request import BadRequest
+from ballast.model.ledger import Ledger
+from ballast.model.nodestate import NodeState
 from ballast.model.podinfo import PodDemandMemo
+from ballast.model.policy import load_policy
+from ballast.model.policy_store import PolicyStore
+from ballast.testing.node_source import StaticSource
+from ballast.testing.parts import POLICY_FILE
 
 
 def _pod(cpu: object = "500m", priority: object = 10, uid: str = "u1") -> dict:
@@ -100,3 +111,30 @@ def test_effective_values_are_the_larger_of_the_apps_sum_and_the_init_peak(app, 
     want = [max(sum(c[i] for c in app), max((c[i] for c in init), default=0)) for i in range(4)]
     got = [info.cpu_request_milli, info.cpu_limit_milli, info.memory_request_bytes, info.memory_limit_bytes]
     assert got == want
+
+
+class PinningSource(StaticSource):
+    """Nodes whose NRT says Ballast pins CPUs there (every NUMA check runs), but with no zones to fit."""
+
+    def pins_cpus(self) -> bool:
+        return True
+
+
+def test_one_request_reads_its_pod_once_numa_checks_included(monkeypatch: pytest.MonkeyPatch) -> None:
+    """filter and prioritize read the pod into one record (``PodDemandMemo.record``); the NUMA checks read
+    the kubelet's view of it from that record, once per request, never from the object again."""
+    detail: list[object] = []
+    real = podinfo.parse_pod
+    monkeypatch.setattr(podinfo, "parse_pod", lambda pod: detail.append(pod) or real(pod))
+    for module in (crane, community):
+        monkeypatch.setattr(module, "parse_pod", lambda pod: pytest.fail("the pod read a second way"))
+    policy = load_policy(POLICY_FILE)
+    loads = {n: NodeState(n) for n in ("a", "b")}
+    ext = Extender(PolicyStore(policy), ExtenderMetrics(), PinningSource(loads), Ledger(policy))
+    pod = _pod(cpu="2", uid="numa")
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "2", "memory": "64Mi"}  # Guaranteed
+    ext.filter(ExtenderArgs(pod, None, ["a", "b"]))
+    assert len(detail) == 1
+    ext.prioritize(ExtenderArgs(copy.deepcopy(pod), None, ["a", "b"]))
+    assert len(detail) == 2  # one more request, one more reading (the NUMA need and the scores share it)
+    assert ext.numa.seen("numa").cpus == 2  # what filter and prioritize learnt, for bind

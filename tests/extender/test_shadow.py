@@ -9,11 +9,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from fastapi.testclient import TestClient
 
 from ballast.cli import main
 from ballast.contract.annotations import format_load
+from ballast.extender.encode import ScoreAnswers
 from ballast.extender.extender import Extender
 from ballast.extender.main import create_app
 from ballast.extender.metrics import ExtenderMetrics
@@ -79,7 +81,7 @@ def test_enforce_rejects_and_shadow_passes_while_counting() -> None:
 
 def test_shadow_prioritize_answers_one_score_and_holds_nothing() -> None:
     ext, _, _ = extender(ENFORCE)
-    real = ext.prioritize(ExtenderArgs(pod(), None, ["hot", "warm", "cool"]))
+    real = ext.prioritize(ExtenderArgs(pod(), None, ["hot", "warm", "cool"])).entries()
     # the shipped ranking, with its dominant-resource term: cool's standing memory (0.2) against warm's
     # and hot's cpu (0.4, 0.9); 4 for warm by the weighted mean alone
     assert [e["Score"] for e in real] == [0, 5, 10]
@@ -87,7 +89,8 @@ def test_shadow_prioritize_answers_one_score_and_holds_nothing() -> None:
 
     ext, _, _ = extender(SHADOW)
     for encoded in (False, True):
-        out = ext.prioritize(ExtenderArgs(pod(), None, ["hot", "warm", "cool"]), encoded=encoded)
+        answer = ext.prioritize(ExtenderArgs(pod(), None, ["hot", "warm", "cool"]))
+        out = orjson.loads(ScoreAnswers(ext.board)(answer)) if encoded else answer.entries()
         assert out == [{"Host": n, "Score": 0} for n in ("hot", "warm", "cool")]
     assert ext.ledger.known("u1") is None
     assert len(ext.shadow) == 1

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ballast.contract.annotations import format_load
+from ballast.extender.encode import ScoreAnswers
 from ballast.extender.extender import Extender
 from ballast.extender.metrics import ExtenderMetrics
 from ballast.extender.wire import ExtenderArgs
@@ -413,13 +414,14 @@ def test_board_equals_the_oracle_with_pools(scoring, specs, pods) -> None:
         PolicyStore(policy), ExtenderMetrics(), StaticSource(loads), Ledger(policy, lambda: NOW), lambda: NOW
     )
     oracle = Oracle(loads, policy, NOW)
+    answers = ScoreAnswers(fast.board)
     for i, (priority, cpu) in enumerate(pods):
         p = pod(priority, f"{cpu}m")
         p["metadata"]["uid"] = f"u{i}"
         args = ExtenderArgs(p, None, names)
         for _ in range(2):
             assert fast.filter(args) == oracle.filter(p, names)
-            assert decoded(fast.prioritize(args, encoded=True)) == oracle.prioritize(p, names)
+            assert decoded(answers, fast.prioritize(args)) == oracle.prioritize(p, names)
     assert pod_info(pod(7)).priority == 7
 
 

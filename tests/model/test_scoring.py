@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ballast.contract.annotations import format_hot_value, format_load
+from ballast.extender.encode import ScoreAnswers
 from ballast.extender.explain import explain
 from ballast.extender.extender import Extender
 from ballast.extender.metrics import ExtenderMetrics
@@ -63,8 +64,10 @@ def extender(loads: dict[str, NodeState], policy) -> Extender:
 
 
 def scores(ext: Extender, names: list[str], i: int = 0, encoded: bool = True) -> dict[str, int]:
-    answer = ext.prioritize(ExtenderArgs(pod(i), None, names), encoded=encoded)
-    parsed = orjson.loads(answer) if isinstance(answer, bytes) else answer
+    """The scores prioritize answers; ``encoded``: as the HTTP layer sends them (``ballast.extender.encode``),
+    else as the verb decides them."""
+    answer = ext.prioritize(ExtenderArgs(pod(i), None, names))
+    parsed = orjson.loads(ScoreAnswers(ext.board)(answer)) if encoded else answer.entries()
     return {h["Host"]: h["Score"] for h in parsed}
 
 
@@ -152,7 +155,7 @@ def test_relative_scores_the_load_after_this_pod() -> None:
     ext = extender({"small": small, "big": big}, RELATIVE)
     assert scores(ext, ["small", "big"]) == {"small": 10, "big": 0}  # a small pod: "small" stays lower
     heavy = ExtenderArgs(pod(1, cpu="2", memory="4Gi"), None, ["small", "big"])
-    got = {h["Host"]: h["Score"] for h in orjson.loads(ext.prioritize(heavy, encoded=True))}
+    got = {h["Host"]: h["Score"] for h in orjson.loads(ScoreAnswers(ext.board)(ext.prioritize(heavy)))}
     assert got == {"small": 0, "big": 10}  # 2 cores are 42 % of small (after 0.85) but 2.7 % of big
 
 

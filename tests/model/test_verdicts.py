@@ -11,10 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ballast.contract.annotations import format_hot_value, format_load
-from ballast.extender import extender as extender_module
+from ballast.extender import encode as encode_module
+from ballast.extender.encode import ScoreAnswers
 from ballast.extender.extender import Extender
 from ballast.extender.metrics import ExtenderMetrics
-from ballast.extender.wire import ExtenderArgs
+from ballast.extender.wire import ExtenderArgs, Scores
 from ballast.model.ledger import Ledger
 from ballast.model.load import check_node, projected_load, score_node
 from ballast.model.nodestate import NodeState, parse_node
@@ -44,9 +45,10 @@ pod_st = st.tuples(st.integers(0, 8000), st.integers(0, 16 << 30))
 estimates_st = st.lists(st.tuples(pod_st, st.floats(0, 1200), st.booleans()), max_size=5)
 
 
-def decoded(answer: list | bytes) -> list:
-    """prioritize may answer with pre-encoded JSON bytes; compare the values."""
-    return orjson.loads(answer) if isinstance(answer, bytes) else answer
+def decoded(answers: ScoreAnswers, answer: Scores) -> list:
+    """prioritize's answer as the HTTP layer sends it (``ballast.extender.encode``: from fragments where it
+    can), decoded to compare the values."""
+    return orjson.loads(answers(answer))
 
 
 def make_load(name: str, spec: dict) -> NodeState:
@@ -124,6 +126,7 @@ def test_board_filter_and_prioritize_equal_the_oracle(
         PolicyStore(policy), ExtenderMetrics(), StaticSource(loads), Ledger(policy, lambda: NOW), lambda: NOW
     )
     oracle = Oracle(loads, policy, NOW)
+    answers = ScoreAnswers(fast.board)
     calls = 0
     for i, (cpu, mem) in enumerate(pods):
         pod = {
@@ -145,8 +148,8 @@ def test_board_filter_and_prioritize_equal_the_oracle(
         for _ in range(2):
             assert ask(fast.filter, args) == oracle.filter(pod, names)
             expected = oracle.prioritize(pod, names)
-            assert decoded(ask(fast.prioritize, args, encoded=True)) == expected
-            assert ask(fast.prioritize, args) == expected  # the board's unencoded path (names it lacks too)
+            assert decoded(answers, ask(fast.prioritize, args)) == expected
+            assert ask(fast.prioritize, args).entries() == expected  # as values (names it lacks too)
         if i < len(changes):
             index, spec = changes[i]
             name = f"n{index % len(specs)}"
@@ -158,8 +161,9 @@ def test_board_filter_and_prioritize_equal_the_oracle(
 @given(specs=st.lists(node_st, min_size=1, max_size=12), pods=st.lists(pod_st, min_size=1, max_size=4))
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 def test_relative_answer_is_the_same_bytes_from_fragments_and_from_fresh_dicts(specs, pods) -> None:
-    """Large relative answers are encoded from fresh dicts instead of the board's fragments
-    (``_FRAGMENTS_UP_TO``): both give the same bytes, for names the board lacks and a pod asked twice."""
+    """Large answers are encoded from fresh dicts instead of the encoder's fragments
+    (``ballast.extender.encode.FRAGMENTS_UP_TO``): both give the same bytes, for names the board lacks and a
+    pod asked twice."""
     loads = {f"n{i}": make_load(f"n{i}", s) for i, s in enumerate(specs)}
     names = [*loads, "unknown"]
     answers: dict[int, list[bytes]] = {}
@@ -171,8 +175,9 @@ def test_relative_answer_is_the_same_bytes_from_fragments_and_from_fresh_dicts(s
             Ledger(POLICY, lambda: NOW),
             lambda: NOW,
         )
+        answers_of = ScoreAnswers(ext.board)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(extender_module, "_FRAGMENTS_UP_TO", up_to)
+            mp.setattr(encode_module, "FRAGMENTS_UP_TO", up_to)
             for i, (cpu, mem) in enumerate(pods):
                 pod = {
                     "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"},
@@ -181,7 +186,7 @@ def test_relative_answer_is_the_same_bytes_from_fragments_and_from_fresh_dicts(s
                     },
                 }
                 for _ in range(2):
-                    answer = ext.answering(ext.prioritize, ExtenderArgs(pod, None, names), encoded=True)
+                    answer = answers_of(ext.answering(ext.prioritize, ExtenderArgs(pod, None, names)))
                     ext.settle()
                     answers.setdefault(up_to, []).append(answer)
     assert answers[len(names)] == answers[0]
@@ -236,7 +241,8 @@ def test_whole_node_mode_equals_the_oracle(specs, pods) -> None:
         assert all(
             n is objects[int(n["metadata"]["name"][1:])] for n in a["Nodes"]["items"]
         )  # unchanged objects
-        assert fast.prioritize(ExtenderArgs(pod, objects, None)) == oracle.prioritize(pod, list(loads))
+        scores = fast.prioritize(ExtenderArgs(pod, objects, None))
+        assert scores.entries() == oracle.prioritize(pod, list(loads))
 
 
 def test_memo_never_keeps_a_verdict_older_than_the_node() -> None:
@@ -433,6 +439,7 @@ def test_many_pod_sizes_rank_as_the_definition(specs, sizes) -> None:
     )
     oracle = Oracle(loads, POLICY, NOW)
     assert fast.board is not None
+    answers = ScoreAnswers(fast.board)
     for round_ in range(2):
         for k in sizes:
             i = round_ * 100 + k
@@ -449,4 +456,4 @@ def test_many_pod_sizes_rank_as_the_definition(specs, sizes) -> None:
                 },
             }
             expected = oracle.prioritize(pod, names)
-            assert decoded(fast.prioritize(ExtenderArgs(pod, None, names), encoded=True)) == expected
+            assert decoded(answers, fast.prioritize(ExtenderArgs(pod, None, names))) == expected

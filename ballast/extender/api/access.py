@@ -16,9 +16,11 @@ not flood the log); the summary counts every one and says how many were not logg
 INFO, for debugging. The metrics (``ballast_extender_requests_total``, the latency histogram) count every
 request either way.
 
-A plain ASGI middleware rather than ``@app.middleware("http")``: that one wraps every response in a
-streaming layer, a cost on the scheduler's critical path. This only watches the status go by; its
-bookkeeping per request is a dict update and a list append, on the event loop's thread (no lock).
+``AccessLog`` is the record (windows, lines, summaries), made first so the app's lifespan can run its
+summaries; ``AccessLogged`` puts an ASGI app's requests into it. A plain ASGI middleware rather than
+``@app.middleware("http")``: that one wraps every response in a streaming layer, a cost on the scheduler's
+critical path. This only watches the status go by; its bookkeeping per request is a dict update and a list
+append, on the event loop's thread (no lock).
 """
 
 from __future__ import annotations
@@ -27,16 +29,19 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+from ballast.extender.api.verbs import VERBS
 
 log = logging.getLogger("ballast.access")
 
 DEFAULT_SLOW_SECONDS = 0.1
 SUMMARY_SECONDS = 60.0
 LINES_PER_SECOND = 20
-VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind", "/preempt": "preempt"}
-"""Paths summarised by name; every other path (probes, /metrics, /nodes, strays) is summed as ``other``."""
+NAMES = {spec.path: spec.name for spec in VERBS}
+"""Paths summarised by name (the verbs'); every other path (probes, /metrics, /nodes, strays) is summed as
+``other``."""
 
 
 def p99(values: list[float]) -> float:
@@ -74,12 +79,10 @@ class Window:
 class AccessLog:
     def __init__(
         self,
-        app: Any,
         every_request: bool = False,
         slow: float = DEFAULT_SLOW_SECONDS,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.app = app
         self.every_request = every_request
         self.slow = slow
         self.clock = clock
@@ -102,28 +105,11 @@ class AccessLog:
             await asyncio.sleep(every)
             self.summarise()
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = self.clock()
-        status = 500
-
-        async def send_(message: dict[str, Any]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_)
-        finally:
-            self._record(scope, status, self.clock() - start)
-
-    def _record(self, scope: dict[str, Any], status: int, seconds: float) -> None:
+    def record(self, scope: dict[str, Any], status: int, seconds: float) -> None:
+        """One answered request: into the window, and a line when it failed or was slow."""
         path = scope["path"]
         window = self.window
-        window.seconds.setdefault(VERBS.get(path, "other"), []).append(seconds)
+        window.seconds.setdefault(NAMES.get(path, "other"), []).append(seconds)
         failed, slow = status >= 400, seconds > self.slow
         if failed or slow:
             window.failed += failed
@@ -139,3 +125,30 @@ class AccessLog:
             log.warning("%s %s %d %.1fms (%s)", scope["method"], path, status, seconds * 1000, why)
         elif self.every_request:
             log.info("%s %s %d %.1fms", scope["method"], path, status, seconds * 1000)
+
+
+class AccessLogged:
+    """``app`` with every HTTP request it answers recorded in ``log``; anything else (the lifespan) passes."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], log: AccessLog) -> None:
+        self.app = app
+        self.log = log
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        access = self.log
+        start = access.clock()
+        status = 500
+
+        async def send_(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_)
+        finally:
+            access.record(scope, status, access.clock() - start)

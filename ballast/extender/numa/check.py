@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from cachetools import TTLCache
 
+from ballast.extender.numa.community import Demand
 from ballast.extender.numa.community_check import CommunityCheck
 from ballast.extender.numa.crane import (
     Fit,
@@ -27,7 +29,7 @@ from ballast.extender.numa.crane import (
     numa_score,
 )
 from ballast.extender.numa.crane_bind import MISSING
-from ballast.model.podinfo import PodDemand
+from ballast.model.podinfo import PodRecord
 from ballast.model.policy_store import PolicyStore
 
 
@@ -41,6 +43,17 @@ class TopologySource(Protocol):
     def pins_cpus(self) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True)
+class NumaNeed:
+    """What one request's pod needs of NUMA zones, read once (``NumaCheck.need``) for every check of the
+    request: filter's rejections, prioritize's scores."""
+
+    crane: NumaRequest | None
+    """Exclusive CPUs on nodes with a crane NRT that pins them."""
+    community: Demand | None
+    """Aligned resources on nodes with a v1alpha2 object that filters (``CommunityCheck``)."""
+
+
 class NumaCheck:
     def __init__(
         self,
@@ -48,21 +61,26 @@ class NumaCheck:
         source: TopologySource | None,
         rejected: Callable[[int], None],
         clock: Callable[[], float] = time.time,
+        community: CommunityCheck | None = None,
     ) -> None:
-        """``rejected(count)`` counts nodes filter rejects for NUMA (the ``numa`` rejection metric)."""
+        """``rejected(count)`` counts nodes filter rejects for NUMA (the ``numa`` rejection metric);
+        ``community`` makes the same checks on nodes with a community NRT (v1alpha2) and no crane one, when
+        those are watched."""
         self.store = store
         self.source = source
         self._rejected = rejected
         self._seen: TTLCache[str, NumaRequest | None] = TTLCache(100_000, 900, timer=clock)
         """What filter learnt about each pod's NUMA need, for bind (which only gets names)."""
-        self.community: CommunityCheck | None = None
-        """The same checks on nodes with a community NRT (v1alpha2) and no crane one, when watched."""
+        self.community = community
 
-    def wants(self, pod_obj: dict[str, Any], pod: PodDemand) -> bool:
-        """Whether any NUMA check applies to the pod (prioritize then takes the per-node path)."""
-        if self.request(pod_obj, pod) is not None:
-            return True
-        return self.community is not None and self.community.demand(pod_obj, pod) is not None
+    def need(self, pod: PodRecord) -> NumaNeed | None:
+        """What the pod needs of NUMA zones, when any check applies to it (else ``None``: prioritize keeps
+        the board's scores, filter rejects nothing for NUMA)."""
+        crane = self.request(pod)
+        community = self.community.demand(pod) if self.community is not None else None
+        if crane is None and community is None:
+            return None
+        return NumaNeed(crane, community)
 
     def seen(self, uid: str) -> NumaRequest | object | None:
         """The pod's NumaRequest, None (no NUMA need), or ``MISSING`` when filter did not look at it."""
@@ -77,23 +95,24 @@ class NumaCheck:
             return None
         return fit(topo, self.source.zone_usage(node), req, self.store.current.topology.memory_aware)
 
-    def request(self, pod_obj: dict[str, Any], pod: PodDemand) -> NumaRequest | None:
+    def request(self, pod: PodRecord) -> NumaRequest | None:
         """The pod's exclusive-CPU need, when it has one and some node pins CPUs (else no NUMA work).
 
-        Parsing the pod's containers for it costs as much as the rest of a small prioritize, so it is
+        Reading the pod's containers for it costs as much as the rest of a small prioritize, so it is
         skipped outright while no node's NRT says Ballast pins CPUs (bind looks at the node first too)."""
-        if pod.daemonset or self.source is None or not self.source.pins_cpus():
+        info = pod.info
+        if info.daemonset or self.source is None or not self.source.pins_cpus():
             return None
-        req = numa_request(pod_obj)
-        if pod.uid:
-            self._seen[pod.uid] = req
+        req = numa_request(pod.obj, pod.detail)
+        if info.uid:
+            self._seen[info.uid] = req
         return req
 
-    def filter(self, pod_obj: dict[str, Any], pod: PodDemand, passing: list[str], failed: dict) -> set[str]:
+    def filter(self, need: NumaNeed, passing: list[str], failed: dict) -> set[str]:
         """Reject passing nodes where a pod that needs exclusive CPUs does not fit the NUMA zones; the
         reasons go into ``failed``, the rejected names come back."""
         out = set()
-        req = self.request(pod_obj, pod)
+        req = need.crane
         if req is not None:
             for name in passing:
                 f = self.fit(req, name)
@@ -102,22 +121,28 @@ class NumaCheck:
                     out.add(name)
             if out:
                 self._rejected(len(out))
-        if self.community is not None:
+        if self.community is not None and need.community is not None:
             rest = [n for n in passing if n not in out] if out else passing
-            out |= self.community.filter(pod_obj, pod, rest, failed)
+            out |= self.community.filter(need.community, rest, failed)
         return out
 
-    def scores(self, pod_obj: dict[str, Any], pod: PodDemand, out: list[dict[str, Any]]) -> bool:
-        """Fold the NUMA score into a NUMA pod's scores; True when any score changed."""
+    def scores(self, need: NumaNeed, hosts: list[str], scores: list[int]) -> bool:
+        """Fold the NUMA score into a NUMA pod's ``scores`` (one per host, in place); True when any score
+        changed."""
         changed = False
-        req = self.request(pod_obj, pod)
+        req = need.crane
         if req is not None:
             weight = self.store.current.topology.score_weight
-            for entry in out:
-                f = self.fit(req, entry["Host"])
+            for i, host in enumerate(hosts):
+                f = self.fit(req, host)
                 if f is not None:
-                    entry["Score"] = combine(entry["Score"], numa_score(f), weight)
+                    scores[i] = combine(scores[i], numa_score(f), weight)
                     changed = True
-        if self.community is not None and self.community.scores(pod_obj, pod, out):
+        community = self.community
+        if (
+            community is not None
+            and need.community is not None
+            and community.scores(need.community, hosts, scores)
+        ):
             changed = True
         return changed

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ballast.contract.pod import ContainerKind, QOSClass, parse_pod
+from ballast.contract.pod import ContainerKind, KubeletPod, QOSClass, parse_pod
 from ballast.contract.podfingerprint import ATTRIBUTE as FINGERPRINT_ATTRIBUTE
 from ballast.contract.podfingerprint import METHOD_ATTRIBUTE as FINGERPRINT_METHOD_ATTRIBUTE
 from ballast.contract.quantity import QuantityError, format_cpu_milli, format_quantity, parse_quantity
@@ -279,10 +279,12 @@ def _requests(container: Any) -> dict[str, Any]:
     return dict(req) if isinstance(req, Mapping) else {}
 
 
-def community_demand(pod: Mapping[str, Any]) -> Demand | None:
+def community_demand(pod: Mapping[str, Any], info: KubeletPod | None = None) -> Demand | None:
     """What ``pod`` needs aligned, or ``None`` when nothing of it is (a BestEffort or Burstable pod without
-    devices, a Guaranteed pod with only fractional CPUs and no memory, a pod with unreadable resources)."""
-    info = parse_pod(pod)
+    devices, a Guaranteed pod with only fractional CPUs and no memory, a pod with unreadable resources).
+    ``info`` is the pod already read by ``parse_pod``, when the caller has it."""
+    if info is None:
+        info = parse_pod(pod)
     if info.problems or info.daemonset:
         return None
     guaranteed = info.qos is QOSClass.GUARANTEED

@@ -29,7 +29,7 @@ from ballast.extender.numa.community_view import CommunityView
 from ballast.extender.numa.crane import combine
 from ballast.extender.wire import BindingArgs
 from ballast.kube.async_client import AsyncKube
-from ballast.model.podinfo import PodDemand
+from ballast.model.podinfo import PodRecord
 from ballast.model.policy_store import PolicyStore
 
 MISSING = object()
@@ -56,13 +56,14 @@ class CommunityCheck:
     def seen(self, uid: str) -> Demand | object | None:
         return self._seen.get(uid, MISSING)
 
-    def demand(self, pod_obj: dict[str, Any], pod: PodDemand) -> Demand | None:
+    def demand(self, pod: PodRecord) -> Demand | None:
         """What the pod needs aligned; ``None`` without reading it while no node's object filters."""
-        if pod.daemonset or not self.view.any_filtering():
+        info = pod.info
+        if info.daemonset or not self.view.any_filtering():
             return None
-        d = community_demand(pod_obj)
-        if pod.uid:
-            self._seen[pod.uid] = d
+        d = community_demand(pod.obj, pod.detail)
+        if info.uid:
+            self._seen[info.uid] = d
         return d
 
     def fit_target(self, node: str) -> CommunityTopology | None:
@@ -77,10 +78,9 @@ class CommunityCheck:
         topo = self.fit_target(node)
         return None if topo is None else community_fit(topo, demand, self.view.taken(node), score=score)
 
-    def filter(self, pod_obj: dict[str, Any], pod: PodDemand, passing: list[str], failed: dict) -> set[str]:
-        demand = self.demand(pod_obj, pod)
-        if demand is None:
-            return set()
+    def filter(self, demand: Demand, passing: list[str], failed: dict) -> set[str]:
+        """Reject passing nodes whose zones cannot admit ``demand``; the reasons go into ``failed``, the
+        rejected names come back."""
         out = set()
         topologies, crane, view = self.view.topologies, self.crane, self.view
         by_shape: dict[tuple[Any, ...], CommunityFit] = {}
@@ -101,15 +101,12 @@ class CommunityCheck:
             self._rejected(len(out))
         return out
 
-    def scores(self, pod_obj: dict[str, Any], pod: PodDemand, out: list[dict[str, Any]]) -> bool:
-        demand = self.demand(pod_obj, pod)
-        if demand is None:
-            return False
+    def scores(self, demand: Demand, hosts: list[str], scores: list[int]) -> bool:
+        """Fold the zone score into ``scores`` (one per host, in place); True when any score changed."""
         weight = self.store.current.topology.score_weight
         changed = False
         by_shape: dict[tuple[Any, ...], int] = {}
-        for entry in out:
-            node = entry["Host"]
+        for i, node in enumerate(hosts):
             topo = self.fit_target(node)
             if topo is None:
                 continue
@@ -119,7 +116,7 @@ class CommunityCheck:
                 score = by_shape.get(topo.shape, -1)
                 if score < 0:
                     score = by_shape[topo.shape] = community_score(community_fit(topo, demand))
-            entry["Score"] = combine(entry["Score"], score, weight)
+            scores[i] = combine(scores[i], score, weight)
             changed = True
         return changed
 

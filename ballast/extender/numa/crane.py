@@ -114,9 +114,11 @@ class NumaRequest:
         return self.aware if self.aware is not None else topo.aware
 
 
-def numa_request(pod: Mapping[str, Any]) -> NumaRequest | None:
-    """What a pod needs from NUMA zones, or ``None`` when it takes no exclusive CPUs."""
-    info = parse_pod(pod)
+def numa_request(pod: Mapping[str, Any], info: KubeletPod | None = None) -> NumaRequest | None:
+    """What a pod needs from NUMA zones, or ``None`` when it takes no exclusive CPUs. ``info`` is the pod
+    already read by ``parse_pod``, when the caller has it."""
+    if info is None:
+        info = parse_pod(pod)
     if info.cpu_policy == CPUPolicy.NONE.value or info.exclusive_cpus <= 0 or info.daemonset:
         return None
     annotations = (pod.get("metadata") or {}).get("annotations") or {}

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
@@ -42,8 +43,12 @@ from ballast.kube.client import WATCH_STALL_SECONDS, Kube
 from ballast.model.ledger import Ledger
 from ballast.model.policy import Policy
 from ballast.model.policy_store import PolicyStore
+from ballast.program.skeleton import PolicyReload
 
 log = logging.getLogger("ballast.extender")
+
+POLICY_TICK_SECONDS = 0.25
+"""How often the policy watch looks for SIGHUP and a due poll (it reads the file only then)."""
 
 
 DESCRIPTION = """
@@ -172,11 +177,11 @@ def _lifespan(
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(RateLimitedLoopErrors())
         if store.path is not None:
+            reload = PolicyReload(store, policy_poll_seconds, threading.Event())
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 # Only possible in the main thread (the real server); tests call reload() directly.
-                loop.add_signal_handler(signal.SIGHUP, lambda: store.reload("SIGHUP"))
-            if policy_poll_seconds > 0:
-                tasks.append(asyncio.create_task(_watch_policy(store, policy_poll_seconds)))
+                loop.add_signal_handler(signal.SIGHUP, reload.hangup.set)
+            tasks.append(asyncio.create_task(_watch_policy(reload)))
         if cache is not None:
             cache.start(loop)
         for start in background:
@@ -225,10 +230,10 @@ def _api(
     return api
 
 
-async def _watch_policy(store: PolicyStore, every: float) -> None:
+async def _watch_policy(reload: PolicyReload) -> None:
+    """The policy file read again on SIGHUP or when it changed (``--policy-poll``), in a worker thread: the
+    event loop serves the verbs meanwhile."""
     while True:
-        await asyncio.sleep(every)
-        try:
-            await asyncio.to_thread(store.reload_if_changed)
-        except Exception:  # never let the watcher die silently
-            log.exception("policy file watcher failed; will retry")
+        await asyncio.sleep(POLICY_TICK_SECONDS)
+        if reload.due():
+            await asyncio.to_thread(reload.check)

@@ -155,6 +155,11 @@ class PolicyReload:
             return now
         return now + self.poll if self.poll else float("inf")
 
+    def due(self, now: float | None = None) -> bool:
+        """SIGHUP came or the poll is due: ``check`` would read the file (an event loop asks first, and
+        reads it in a worker thread only then)."""
+        return self.hangup.is_set() or (time.monotonic() if now is None else now) >= self._next
+
     def check(self, now: float | None = None) -> bool:
         """Reload when SIGHUP came or the poll is due; True when a new policy is active."""
         now = time.monotonic() if now is None else now

@@ -316,6 +316,12 @@ NO_UVLOOP = "uvicorn-asyncio"
 beside uvloop's, to measure uvloop once it is installed (``pip install uvloop``)."""
 
 
+BEFORE = "before"
+"""The server name for Ballast from another checkout (``--before DIR``, e.g. the commit before a change),
+under uvicorn as shipped, beside this checkout's: a change's cost measured in one run, each against the
+same echo floor."""
+
+
 def _uvloop_blocked() -> str:
     """A directory whose ``uvloop`` module fails to import, for ``PYTHONPATH``: uvicorn's automatic loop
     choice then takes asyncio's, for the extender's process only."""
@@ -331,6 +337,13 @@ def extender_cmds(cp: ControlPlane, server: str, log_level: str) -> dict[str, tu
         argv, port, env = extender_cmds(cp, "uvicorn", log_level)["ballast"]
         threaded = [sys.executable, "-m", "bench.threaded_watches", *argv[argv.index("ballast") + 1 :]]
         return {f"ballast@{server}": (threaded, port, env)}
+    if server == BEFORE:
+        argv, port, env = extender_cmds(cp, "uvicorn", log_level)["ballast"]
+        boot = (
+            "import sys; sys.path.insert(0, sys.argv.pop(1)); from ballast.cli import main; sys.exit(main())"
+        )
+        before = os.environ["BALLAST_BENCH_BEFORE"]
+        return {f"ballast@{server}": ([sys.executable, "-c", boot, before, *argv[3:]], port, env)}
     if server == NO_UVLOOP:
         paths = [_uvloop_blocked(), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         blocked = {"PYTHONPATH": os.pathsep.join(paths)}
@@ -423,8 +436,11 @@ def summary(values: list[float], fmt: str = ".1f", unit: str = "") -> str:
 
 
 def floor_of(mode: str) -> str | None:
-    """The echo mode Ballast's ``mode`` is measured against (same server, same verbs)."""
-    return mode.replace("ballast", "echo", 1) if mode.startswith("ballast") else None
+    """The echo mode Ballast's ``mode`` is measured against (same server, same verbs; the other checkout's
+    against the echo under uvicorn, as shipped)."""
+    if not mode.startswith("ballast"):
+        return None
+    return mode.replace("ballast", "echo", 1).removesuffix(f"@{BEFORE}")
 
 
 PROCESSES = ("echo", "ballast", "kube-scheduler", "kube-apiserver", "etcd", "bench")
@@ -501,14 +517,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ballast-log-level", default="info", help="Ballast's --log-level (info: as deployed by default)"
     )
+    parser.add_argument(
+        "--before",
+        metavar="DIR",
+        help="another checkout of Ballast (e.g. `git worktree add DIR <commit>`), run as the server "
+        f"{BEFORE} (modes ballast@before, ballast-bind@before) beside this one",
+    )
     args = parser.parse_args(argv)
+    if args.before:
+        os.environ["BALLAST_BENCH_BEFORE"] = str(Path(args.before).resolve())
+        args.servers += f",{BEFORE}"
     servers = [s for s in args.servers.split(",") if s]
     base_modes = [m for m in args.modes.split(",") if m]
     modes = [
         m + ("" if s == "uvicorn" or m == "none" else f"@{s}")
         for s in servers
         for m in base_modes
-        if not (s == WATCH_THREADS and m.startswith("echo"))
+        if not (s in (WATCH_THREADS, BEFORE) and m.startswith("echo"))
     ]
     modes = list(dict.fromkeys(modes))
     rng = random.Random(14)

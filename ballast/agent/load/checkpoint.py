@@ -1,5 +1,6 @@
-"""The load history's checkpoint: the day of per-minute CPU and memory ratios, so a restart keeps the
-1-day maximum crane's ``*_max_avg_1d`` needs.
+"""The load history's checkpoint: the day of per-minute CPU and memory ratios (each minute's mean and its
+sample count) and the samples of the last five minutes, so a restart keeps the 1-day maximum crane's
+``*_max_avg_1d`` needs and the 5-minute mean as it was.
 
 One small JSON file in the agent's state directory, written atomically (temp file, fsync, rename; the CPU
 manager's ``write_atomically``). A file that cannot be read or does not hold what this module writes is not
@@ -19,27 +20,34 @@ from pathlib import Path
 import orjson
 
 from ballast.agent.cpumanager.state_checkpoint import set_aside, write_atomically
-from ballast.agent.load.history import LoadHistory, MinuteSeries
+from ballast.agent.load.history import WINDOW_MINUTES, LoadHistory, MinuteSeries, RecentSamples
 
 __all__ = ["FORMAT", "HistoryCheckpoint", "decode_history", "encode_history"]
 
 log = logging.getLogger("ballast.agent.load")
 
-FORMAT = "ballast.io/load-history/v1"
+FORMAT = "ballast.io/load-history/v2"
+FIRST_FORMAT = "ballast.io/load-history/v1"
+"""Minute means only (each restored as one sample), no recent samples: still read."""
 _MAX_BYTES = 1024 * 1024
 
 
 def encode_history(history: LoadHistory) -> bytes:
     series = {}
     for name, s in sorted(history.ratios.items()):
-        last, means = s.to_minutes()
-        # Five decimals is what the annotations carry; it keeps the file near 10 KiB per metric.
+        last, means, counts = s.to_minutes()
+        # Five decimals is what the annotations carry; it keeps the file near 15 KiB per metric.
         series[name] = {
             "size": s.size,
             "lastMinute": last,
             "means": [None if v is None else round(v, 5) for v in means],
+            "counts": counts,
         }
-    return orjson.dumps({"format": FORMAT, "series": series})
+    recent = {
+        name: [[round(when, 3), round(value, 5)] for when, value in r.samples()]
+        for name, r in sorted(history.recent.items())
+    }
+    return orjson.dumps({"format": FORMAT, "series": series, "recent": recent})
 
 
 def decode_history(data: bytes) -> LoadHistory:
@@ -48,8 +56,9 @@ def decode_history(data: bytes) -> LoadHistory:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise ValueError(f"not JSON: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+    if not isinstance(doc, dict) or doc.get("format") not in (FORMAT, FIRST_FORMAT):
         raise ValueError(f"not a {FORMAT} document")
+    first = doc["format"] == FIRST_FORMAT
     raw = doc.get("series")
     if not isinstance(raw, dict) or set(raw) != {"cpu", "mem"}:
         raise ValueError("series must hold exactly cpu and mem")
@@ -65,11 +74,39 @@ def decode_history(data: bytes) -> LoadHistory:
         if not isinstance(means, list) or len(means) > size:
             raise ValueError(f"series.{name}.means is not a list of at most {size} numbers")
         for v in means:
-            ok = v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
-            if not ok or (v is not None and not 0 <= v <= 1):
+            if v is not None and not _is_ratio(v):
                 raise ValueError(f"series.{name}.means holds {v!r}, not a ratio")
-        ratios[name] = MinuteSeries.from_minutes(size, last, means)
-    return LoadHistory(ratios)
+        counts = None
+        if not first:
+            counts = entry.get("counts")
+            if not isinstance(counts, list) or len(counts) != len(means):
+                raise ValueError(f"series.{name}.counts is not a list as long as its means")
+            if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 100_000 for c in counts):
+                raise ValueError(f"series.{name}.counts holds something other than sample counts")
+        ratios[name] = MinuteSeries.from_minutes(size, last, means, counts)
+    recent = {name: RecentSamples(WINDOW_MINUTES * 60.0) for name in ratios}
+    raw_recent = {} if first else doc.get("recent")
+    if not isinstance(raw_recent, dict):
+        raise ValueError("recent is not an object")
+    for name, samples in raw_recent.items():
+        if name not in recent or not isinstance(samples, list):
+            raise ValueError(f"recent.{name} is not a list of samples of a known series")
+        for sample in samples:
+            if not (isinstance(sample, list) and len(sample) == 2):
+                raise ValueError(f"recent.{name} holds {sample!r}, not [time, ratio]")
+            when, value = sample
+            if not (_is_number(when) and _is_ratio(value)):
+                raise ValueError(f"recent.{name} holds {sample!r}, not [time, ratio]")
+            recent[name].add(float(when), float(value))
+    return LoadHistory(ratios, recent)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_ratio(v: object) -> bool:
+    return _is_number(v) and 0 <= v <= 1  # type: ignore[operator]
 
 
 class HistoryCheckpoint:

@@ -1,12 +1,14 @@
-"""Per-minute means and crane's windows over them: pure, no I/O.
+"""crane's windows over the agent's samples: pure, no I/O.
 
 crane's recording rules are ``*_avg_5m = avg_over_time(active[5m])`` and ``*_max_avg_1h`` /
-``*_max_avg_1d = max_over_time(*_avg_5m[1h | 1d])``. The agent keeps what they need and no more: one mean
-per minute, in a ring of ``size`` minutes (1440 for a day). Samples of the current minute accumulate as a
-sum and a count; a minute without samples (the agent was down) holds nothing.
+``*_max_avg_1d = max_over_time(*_avg_5m[1h | 1d])``. The agent keeps what they need and no more:
 
-- ``avg(now, 5)`` is the mean of the minute means of the last five minutes that have any;
-- ``max_avg(now, 60, 5)`` evaluates that 5-minute mean at every minute of the last hour (as the rule
+- ``RecentSamples``: every sample of the last 300 s, so ``*_avg_5m`` is their mean, each sample counting
+  once, as ``avg_over_time`` counts them. (A mean of minute means would weigh the current minute's first
+  sample like a whole minute: on a node with short bursts that swings the value by a third.)
+- ``MinuteSeries``: a sum and a count per minute, in a ring of ``size`` minutes (1440 for a day); a minute
+  without samples (the agent was down) holds nothing. ``avg(now, 5)`` is the mean of the samples of the
+  last five minutes; ``max_avg(now, 60, 5)`` evaluates it at every minute of the last hour (as the rule
   records it every minute) and takes the largest.
 
 A window with less history than its length gives the mean (or maximum) of what there is, as Prometheus's
@@ -16,6 +18,7 @@ A window with less history than its length gives the mean (or maximum) of what t
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable
 
 from ballast.contract.annotations import (
@@ -27,7 +30,7 @@ from ballast.contract.annotations import (
     MEM_USAGE_MAX_AVG_1H,
 )
 
-__all__ = ["MINUTES_PER_DAY", "MinuteSeries", "minute_of"]
+__all__ = ["MINUTES_PER_DAY", "MinuteSeries", "RecentSamples", "minute_of"]
 
 MINUTES_PER_DAY = 1440
 
@@ -92,26 +95,40 @@ class MinuteSeries:
         end = minute_of(now)
         return [self.mean_at(m) for m in range(end - minutes + 1, end + 1)]
 
+    def _window(self, now: float, minutes: int) -> list[tuple[float, int]]:
+        """``(sum, count)`` of each of the ``minutes`` minutes ending with ``now``'s, oldest first."""
+        last = self._last
+        out: list[tuple[float, int]] = []
+        for m in range(minute_of(now) - minutes + 1, minute_of(now) + 1):
+            if last is None or m > last or m <= last - self.size:
+                out.append((0.0, 0))
+            else:
+                i = m % self.size
+                out.append((self._sums[i], self._counts[i]))
+        return out
+
     def avg(self, now: float, minutes: int = 5) -> float | None:
-        """Mean of the minutes with data among the last ``minutes`` (``None`` when none has any)."""
-        return _mean(v for v in self.means(now, minutes) if v is not None)
+        """Mean of the samples of the last ``minutes`` minutes, each counting once (``None`` without any)."""
+        total = count = 0.0
+        for s, c in self._window(now, minutes):
+            total += s
+            count += c
+        return total / count if count else None
 
     def max_avg(self, now: float, window_minutes: int, avg_minutes: int = 5) -> float | None:
         """The largest ``avg_minutes``-minute mean evaluated at each minute of the last
         ``window_minutes`` (``None`` when no minute of it had data within ``avg_minutes``)."""
-        values = self.means(now, window_minutes + avg_minutes - 1)
+        values = self._window(now, window_minutes + avg_minutes - 1)
         best: float | None = None
-        # A sliding sum over the minutes with data: O(window) rather than O(window x avg).
+        # A sliding sum over the minutes: O(window) rather than O(window x avg).
         total, count = 0.0, 0
-        for i, v in enumerate(values):
-            if v is not None:
-                total += v
-                count += 1
+        for i, (s, c) in enumerate(values):
+            total += s
+            count += c
             if i >= avg_minutes:
-                old = values[i - avg_minutes]
-                if old is not None:
-                    total -= old
-                    count -= 1
+                old_s, old_c = values[i - avg_minutes]
+                total -= old_s
+                count -= old_c
             if i >= avg_minutes - 1 and count:
                 mean = total / count
                 if best is None or mean > best:
@@ -120,36 +137,69 @@ class MinuteSeries:
 
     # --- checkpoint form ----------------------------------------------------------------------------
 
-    def to_minutes(self) -> tuple[int | None, list[float | None]]:
-        """``(newest minute, the means of the ring's minutes oldest first)``: what a checkpoint keeps."""
+    def to_minutes(self) -> tuple[int | None, list[float | None], list[int]]:
+        """``(newest minute, each minute's mean and its sample count, oldest first)``: what a checkpoint
+        keeps, so a restored minute weighs what it weighed."""
         if self._last is None:
-            return None, []
-        return self._last, [self.mean_at(m) for m in range(self._last - self.size + 1, self._last + 1)]
+            return None, [], []
+        minutes = range(self._last - self.size + 1, self._last + 1)
+        return self._last, [self.mean_at(m) for m in minutes], [self._counts[m % self.size] for m in minutes]
 
     @classmethod
-    def from_minutes(cls, size: int, last: int | None, means: Iterable[float | None]) -> MinuteSeries:
-        """Rebuild from ``to_minutes``: each restored minute counts as one sample of its mean."""
+    def from_minutes(
+        cls, size: int, last: int | None, means: Iterable[float | None], counts: Iterable[int] | None = None
+    ) -> MinuteSeries:
+        """Rebuild from ``to_minutes``. Without ``counts`` (a checkpoint of the first format) each restored
+        minute counts as one sample of its mean."""
         series = cls(size)
         if last is None:
             return series
         values = list(means)[-size:]
+        weights = list(counts)[-size:] if counts is not None else [1] * len(values)
         series._last = last
-        for offset, v in enumerate(values):
-            if v is None or not math.isfinite(v):
+        for offset, (v, c) in enumerate(zip(values, weights, strict=True)):
+            if v is None or not math.isfinite(v) or c <= 0:
                 continue
             minute = last - len(values) + 1 + offset
             i = minute % size
-            series._sums[i] = float(v)
-            series._counts[i] = 1
+            series._sums[i] = float(v) * c
+            series._counts[i] = c
         return series
 
 
-def _mean(values: Iterable[float]) -> float | None:
-    total, count = 0.0, 0
-    for v in values:
-        total += v
-        count += 1
-    return total / count if count else None
+class RecentSamples:
+    """The samples of the last ``seconds``: crane's ``avg_over_time`` window, each sample counting once."""
+
+    __slots__ = ("_samples", "seconds")
+
+    def __init__(self, seconds: float = 300.0) -> None:
+        self.seconds = seconds
+        self._samples: deque[tuple[float, float]] = deque()
+
+    def add(self, when: float, value: float) -> None:
+        """One sample; one not finite, or older than the newest by the window or more, is dropped."""
+        if not math.isfinite(value) or not math.isfinite(when):
+            return
+        if self._samples and when <= self._samples[-1][0] - self.seconds:
+            return
+        self._samples.append((when, value))
+        newest = max(when, self._samples[-1][0])
+        while self._samples and self._samples[0][0] <= newest - self.seconds:
+            self._samples.popleft()
+
+    def mean(self, now: float) -> float | None:
+        """Mean of the samples taken in ``(now - seconds, now]`` (``None`` without any)."""
+        total, count = 0.0, 0
+        start = now - self.seconds
+        for when, value in self._samples:
+            if start < when <= now:
+                total += value
+                count += 1
+        return total / count if count else None
+
+    def samples(self) -> list[tuple[float, float]]:
+        """The samples held, oldest first: what a checkpoint keeps."""
+        return list(self._samples)
 
 
 # --- the node's and its pods' history -----------------------------------------------------------------
@@ -173,8 +223,12 @@ class LoadHistory:
     """What the agent remembers: the node's CPU and memory ratios for a day (crane's windows), its usage
     and each pod's for the NodeLoad window. Pods not sampled for a whole window are forgotten."""
 
-    def __init__(self, ratios: dict[str, MinuteSeries] | None = None) -> None:
+    def __init__(
+        self, ratios: dict[str, MinuteSeries] | None = None, recent: dict[str, RecentSamples] | None = None
+    ) -> None:
         self.ratios = ratios or {"cpu": MinuteSeries(), "mem": MinuteSeries()}
+        self.recent = recent or {name: RecentSamples(WINDOW_MINUTES * 60.0) for name in self.ratios}
+        """The node's ratios' samples of the last 5 minutes: the ``*_avg_5m`` values."""
         self.node_cpu = MinuteSeries(WINDOW_MINUTES)
         self.node_memory = MinuteSeries(WINDOW_MINUTES)
         self.pods: dict[str, tuple[MinuteSeries, MinuteSeries]] = {}
@@ -185,9 +239,11 @@ class LoadHistory:
     ) -> None:
         if cpu_ratio is not None:
             self.ratios["cpu"].add(when, cpu_ratio)
+            self.recent["cpu"].add(when, cpu_ratio)
         if cpu_cores is not None:
             self.node_cpu.add(when, cpu_cores)
         self.ratios["mem"].add(when, mem_ratio)
+        self.recent["mem"].add(when, mem_ratio)
         self.node_memory.add(when, float(mem_bytes))
 
     def add_pod(self, when: float, uid: str, cores: float | None, working_set: int | None) -> None:
@@ -207,14 +263,18 @@ class LoadHistory:
             self.pods.pop(uid, None)
 
     def crane_values(self, now: float, names: Iterable[str]) -> dict[str, float]:
-        """The named crane metrics that have data (ratios in [0, 1])."""
+        """The named crane metrics that have data (ratios in [0, 1]). A maximum also counts the 5-minute
+        mean of this moment, so ``*_max_avg_1h`` is never below ``*_avg_5m``."""
         out: dict[str, float] = {}
         for name in names:
             known = CRANE_METRICS.get(name)
             if known is None:
                 continue
-            series, window = self.ratios[known[0]], known[1]
-            value = series.avg(now, WINDOW_MINUTES) if window == 0 else series.max_avg(now, window)
+            current = self.recent[known[0]].mean(now)
+            value = current
+            if known[1]:
+                values = [v for v in (current, self.ratios[known[0]].max_avg(now, known[1])) if v is not None]
+                value = max(values) if values else None
             if value is not None:
                 out[name] = min(1.0, max(0.0, value))
         return out

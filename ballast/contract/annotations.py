@@ -35,6 +35,31 @@ CRANE_LOAD_METRICS = (
 what the annotator queries by default. The names are the contract with the extender and with crane tooling;
 this is their one home (the policy files and docs spell them out for people)."""
 
+PERCENTILE_METRIC_PATTERN = r"^(cpu|mem)_usage_p(5[0-9]|[6-9][0-9])_(5|10|30)m$"
+"""Percentile metrics (beyond crane): ``cpu_usage_p<N>_<W>m`` and ``mem_usage_p<N>_<W>m``, N in 50..99,
+W in 5, 10 or 30 minutes: the N-th percentile of the usage ratio's samples of the last W minutes. The agent
+measures every one a policy's ``syncPolicy`` names; its admission policy admits these names by this
+pattern (``scheduler_config/deploy/agent-admission-policy.yaml``, a test keeps the two equal)."""
+_PERCENTILE_METRIC = re.compile(PERCENTILE_METRIC_PATTERN)
+
+
+@dataclass(frozen=True, slots=True)
+class PercentileMetric:
+    """A percentile metric's name, read: ``series`` is ``cpu`` or ``mem``."""
+
+    series: str
+    percentile: int
+    window_minutes: int
+
+
+def percentile_metric(name: str) -> PercentileMetric | None:
+    """``cpu_usage_p95_5m`` -> (cpu, 95, 5); ``None`` for any other name."""
+    found = _PERCENTILE_METRIC.fullmatch(name)
+    if found is None:
+        return None
+    return PercentileMetric(found[1], int(found[2]), int(found[3]))
+
+
 HOT_VALUE_KEY = "node_hot_value"
 HOT_VALUE_VALID_SECONDS = 300.0
 """crane's DefautlHotVauleActivePeriod: a hot value counts for five minutes after it was written."""

@@ -186,8 +186,10 @@ def test_crane_names_map_to_the_windows_and_unknown_names_are_not_the_agents() -
     h = LoadHistory()
     for minute in range(10):
         h.add_node(T0 + minute * 60, 0.5 if minute < 5 else 0.1, 1.0, 0.25, 1 << 30)
-    values = h.crane_values(
-        T0 + 9 * 60, ["cpu_usage_avg_5m", "cpu_usage_max_avg_1h", "mem_usage_max_avg_1d", "gpu_usage_avg_5m"]
+    values = h.values(
+        T0 + 9 * 60,
+        ["cpu_usage_avg_5m", "cpu_usage_max_avg_1h", "mem_usage_max_avg_1d", "gpu_usage_avg_5m"],
+        60.0,
     )
     assert values == pytest.approx(
         {"cpu_usage_avg_5m": 0.1, "cpu_usage_max_avg_1h": 0.5, "mem_usage_max_avg_1d": 0.25}
@@ -218,7 +220,7 @@ def test_the_checkpoint_keeps_the_day_across_a_restart(tmp_path: Path) -> None:
     assert path.stat().st_size < 32 * 1024
     restored = HistoryCheckpoint(path).load()
     names = ["cpu_usage_max_avg_1d", "cpu_usage_max_avg_1h", "cpu_usage_avg_5m", "mem_usage_max_avg_1d"]
-    assert restored.crane_values(now, names) == pytest.approx(h.crane_values(now, names), abs=1e-5)
+    assert restored.values(now, names, 10.0) == pytest.approx(h.values(now, names, 10.0), abs=1e-5)
     assert decode_history(encode_history(restored)).ratios["cpu"].to_minutes()[0] == int(T0 // 60) + 1435
 
 
@@ -249,14 +251,14 @@ def test_the_5m_mean_counts_each_sample_of_the_last_300s_on_a_spiky_node(tmp_pat
             HistoryCheckpoint(path).save(h)
             h = HistoryCheckpoint(path).load()
         if now - T0 >= 300:
-            value = h.crane_values(now, ["cpu_usage_avg_5m"])["cpu_usage_avg_5m"]
+            value = h.values(now, ["cpu_usage_avg_5m"], 10.0)["cpu_usage_avg_5m"]
             worst = max(worst, abs(value - true_mean(samples, now)))
     assert worst <= 0.02, worst
     # the hour's maximum: the 5-minute mean as the rule records it at every minute of the hour (a new
     # node's first windows hold what there is), and at this moment
     now = T0 + 7 + 10 * 359
     recorded = [true_mean(samples, T0 + 60 * (m + 1) - 0.001) for m in range(60)]
-    hour = h.crane_values(now, ["cpu_usage_max_avg_1h"])["cpu_usage_max_avg_1h"]
+    hour = h.values(now, ["cpu_usage_max_avg_1h"], 10.0)["cpu_usage_max_avg_1h"]
     assert hour == pytest.approx(max(*recorded, true_mean(samples, now)), abs=0.02)
 
 
@@ -270,7 +272,7 @@ def test_a_first_format_checkpoint_is_still_read(tmp_path: Path) -> None:
     restored = checkpoint.load()
     assert checkpoint.rejected is None
     assert restored.ratios["cpu"].avg(T0, 5) == pytest.approx(0.4)  # each minute one sample
-    assert restored.crane_values(T0, ["cpu_usage_avg_5m"]) == {}  # no samples of the last 5 minutes kept
+    assert restored.values(T0, ["cpu_usage_avg_5m"], 10.0) == {}  # no samples of the last 5 minutes kept
 
 
 @pytest.mark.parametrize(
@@ -335,3 +337,50 @@ def test_a_custom_cgroup_root_is_where_the_pod_cgroups_are_read(tmp_path: Path) 
     # without cgroupsPerQOS the kubelet makes no pod cgroups: nothing to read, and nowhere to look
     flat = PodCgroups(tmp_path, CgroupLayout("cgroupfs", "/rn1", per_qos=False))
     assert flat.read(UID, QOSClass.BURSTABLE) is None and flat.kubepods_dir() is None
+
+
+# --- percentiles --------------------------------------------------------------------------------------
+
+
+def test_a_percentile_is_koordlets_sorted_sample_and_waits_for_half_a_window() -> None:
+    h = LoadHistory()
+    names = [
+        "cpu_usage_p50_5m",
+        "cpu_usage_p95_5m",
+        "cpu_usage_p99_5m",
+        "mem_usage_p90_10m",
+        "gpu_usage_p95_5m",
+    ]
+    for i in range(1, 31):  # 30 samples, 10 s apart: 0.01 .. 0.30, newest last
+        now = T0 + 10 * i
+        h.add_node(now, i / 100, None, 0.5, 1)
+        values = h.values(now, names, 10.0)
+        if i < 15:  # under half of the 5-minute window's 30 samples: omitted
+            assert "cpu_usage_p95_5m" not in values, i
+    assert values["cpu_usage_p50_5m"] == pytest.approx(0.15)  # sorted[30 * 50 // 100 - 1]
+    assert values["cpu_usage_p95_5m"] == pytest.approx(0.28)  # sorted[30 * 95 // 100 - 1]
+    assert values["cpu_usage_p99_5m"] == pytest.approx(0.29)  # sorted[29 - 1]
+    assert values["mem_usage_p90_10m"] == pytest.approx(0.5)  # 30 of 60 samples: half a window is enough
+    assert "gpu_usage_p95_5m" not in values
+    # the p95 of a spiky node sees its bursts, its mean does not
+    spiky_history = LoadHistory()
+    for i in range(6 * 30):
+        spiky_history.add_node(T0 + 10 * i, spiky(T0 + 10 * i), None, 0.5, 1)
+    now = T0 + 10 * (6 * 30 - 1)
+    spiky_values = spiky_history.values(
+        now, ["cpu_usage_avg_5m", "cpu_usage_p95_5m", "cpu_usage_p95_30m"], 10.0
+    )
+    assert spiky_values["cpu_usage_avg_5m"] < 0.3
+    assert spiky_values["cpu_usage_p95_5m"] == spiky_values["cpu_usage_p95_30m"] == pytest.approx(0.8)
+
+
+def test_the_checkpoint_keeps_the_percentiles_samples(tmp_path: Path) -> None:
+    h = LoadHistory()
+    for i in range(6 * 30):
+        h.add_node(T0 + 10 * i, spiky(T0 + 10 * i), None, 0.5, 1)
+    path = tmp_path / "load_history"
+    HistoryCheckpoint(path).save(h)
+    now = T0 + 10 * (6 * 30 - 1)
+    names = ["cpu_usage_p50_30m", "cpu_usage_p95_10m", "mem_usage_p99_5m"]
+    assert HistoryCheckpoint(path).load().values(now, names, 10.0) == h.values(now, names, 10.0)
+    assert path.stat().st_size < 64 * 1024

@@ -298,3 +298,37 @@ def test_a_node_without_pods_or_with_some_pods_measured_is_not_blind(tmp_path: P
         r.tick()
     assert r.metrics.pod_cgroups_missing._value.get() == 0
     assert r.metrics.pods_measured._value.get() == 1
+
+
+def test_a_percentile_the_policy_names_is_written_once_half_its_window_is_sampled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    policy = build_policy(
+        {
+            "apiVersion": "scheduler.policy.crane.io/v1alpha1",
+            "kind": "DynamicSchedulerPolicy",
+            "spec": {
+                "syncPolicy": [
+                    {"name": "cpu_usage_avg_5m", "period": "1m"},
+                    {"name": "cpu_usage_p95_5m", "period": "1m"},
+                    {"name": "mem_usage_p90_10m", "period": "1m"},
+                ]
+            },
+        }
+    )
+    clock = [T0]
+    r, kube = reporter(clock)
+    r.policy = lambda: policy
+    caplog.set_level(logging.INFO, "ballast.agent.load")
+    for _ in range(6 * 7):  # seven minutes of 10 s samples
+        r.tick()
+        clock[0] += 10
+    patches = [(t, b["metadata"]["annotations"]) for t, p, b in kube.writes if p == "/api/v1/nodes/n1"]
+    first_p95 = min(t for t, a in patches if "cpu_usage_p95_5m" in a)
+    assert T0 + 150 <= first_p95 < T0 + 150 + 60  # 15 of the window's 30 samples, then its period
+    assert min(t for t, a in patches if "cpu_usage_avg_5m" in a) < first_p95
+    last = next(a for t, a in reversed(patches) if "cpu_usage_p95_5m" in a)
+    assert last["cpu_usage_p95_5m"].startswith("0.50000,")
+    # 30 of the 10-minute window's 60 samples (memory is read from the first tick on): half a window
+    assert min(t for t, a in patches if "mem_usage_p90_10m" in a) >= T0 + 290
+    assert "not one the agent measures" not in caplog.text

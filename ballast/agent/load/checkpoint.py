@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 
 from ballast.agent.cpumanager.state_checkpoint import set_aside, write_atomically
-from ballast.agent.load.history import WINDOW_MINUTES, LoadHistory, MinuteSeries, RecentSamples
+from ballast.agent.load.history import RECENT_MINUTES, LoadHistory, MinuteSeries, RecentSamples
 
 __all__ = ["FORMAT", "HistoryCheckpoint", "decode_history", "encode_history"]
 
@@ -84,7 +84,7 @@ def decode_history(data: bytes) -> LoadHistory:
             if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 100_000 for c in counts):
                 raise ValueError(f"series.{name}.counts holds something other than sample counts")
         ratios[name] = MinuteSeries.from_minutes(size, last, means, counts)
-    recent = {name: RecentSamples(WINDOW_MINUTES * 60.0) for name in ratios}
+    recent = {name: RecentSamples(RECENT_MINUTES * 60.0) for name in ratios}
     raw_recent = {} if first else doc.get("recent")
     if not isinstance(raw_recent, dict):
         raise ValueError("recent is not an object")

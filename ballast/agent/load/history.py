@@ -3,9 +3,13 @@
 crane's recording rules are ``*_avg_5m = avg_over_time(active[5m])`` and ``*_max_avg_1h`` /
 ``*_max_avg_1d = max_over_time(*_avg_5m[1h | 1d])``. The agent keeps what they need and no more:
 
-- ``RecentSamples``: every sample of the last 300 s, so ``*_avg_5m`` is their mean, each sample counting
-  once, as ``avg_over_time`` counts them. (A mean of minute means would weigh the current minute's first
-  sample like a whole minute: on a node with short bursts that swings the value by a third.)
+- ``RecentSamples``: every sample of the last 30 minutes. ``*_avg_5m`` is the mean of those of the last
+  300 s, each sample counting once, as ``avg_over_time`` counts them. (A mean of minute means would weigh
+  the current minute's first sample like a whole minute: on a node with short bursts that swings the
+  value by a third.) A percentile metric (``cpu_usage_p95_5m``,
+  ``ballast.contract.annotations.percentile_metric``) is taken from those of its window by koordlet's
+  rule, ``sorted[n * N // 100 - 1]`` (the first at least), and omitted while the window holds fewer than
+  half the samples it would hold at the sampling interval.
 - ``MinuteSeries``: a sum and a count per minute, in a ring of ``size`` minutes (1440 for a day); a minute
   without samples (the agent was down) holds nothing. ``avg(now, 5)`` is the mean of the samples of the
   last five minutes; ``max_avg(now, 60, 5)`` evaluates it at every minute of the last hour (as the rule
@@ -28,6 +32,7 @@ from ballast.contract.annotations import (
     MEM_USAGE_AVG_5M,
     MEM_USAGE_MAX_AVG_1D,
     MEM_USAGE_MAX_AVG_1H,
+    percentile_metric,
 )
 
 __all__ = ["MINUTES_PER_DAY", "MinuteSeries", "RecentSamples", "minute_of"]
@@ -187,15 +192,24 @@ class RecentSamples:
         while self._samples and self._samples[0][0] <= newest - self.seconds:
             self._samples.popleft()
 
-    def mean(self, now: float) -> float | None:
-        """Mean of the samples taken in ``(now - seconds, now]`` (``None`` without any)."""
-        total, count = 0.0, 0
-        start = now - self.seconds
-        for when, value in self._samples:
-            if start < when <= now:
-                total += value
-                count += 1
-        return total / count if count else None
+    def window(self, now: float, seconds: float | None = None) -> list[float]:
+        """The samples taken in ``(now - seconds, now]`` (``seconds`` at most the horizon)."""
+        start = now - (self.seconds if seconds is None else min(seconds, self.seconds))
+        return [value for when, value in self._samples if start < when <= now]
+
+    def mean(self, now: float, seconds: float | None = None) -> float | None:
+        """Mean of the samples of the last ``seconds`` (``None`` without any)."""
+        values = self.window(now, seconds)
+        return sum(values) / len(values) if values else None
+
+    def percentile(self, now: float, percentile: int, seconds: float, interval: float) -> float | None:
+        """koordlet's percentile of the last ``seconds``: ``sorted[n * percentile // 100 - 1]``, the first
+        at least; ``None`` while fewer than half the samples a full window holds at ``interval``."""
+        values = self.window(now, seconds)
+        if not values or len(values) < 0.5 * seconds / interval:
+            return None
+        values.sort()
+        return values[max(len(values) * percentile // 100 - 1, 0)]
 
     def samples(self) -> list[tuple[float, float]]:
         """The samples held, oldest first: what a checkpoint keeps."""
@@ -206,6 +220,8 @@ class RecentSamples:
 
 WINDOW_MINUTES = 5
 """The NodeLoad's window and crane's ``*_avg_5m``."""
+RECENT_MINUTES = 30
+"""The samples kept: the longest percentile window."""
 
 CRANE_METRICS: dict[str, tuple[str, int]] = {
     CPU_USAGE_AVG_5M: ("cpu", 0),
@@ -227,8 +243,8 @@ class LoadHistory:
         self, ratios: dict[str, MinuteSeries] | None = None, recent: dict[str, RecentSamples] | None = None
     ) -> None:
         self.ratios = ratios or {"cpu": MinuteSeries(), "mem": MinuteSeries()}
-        self.recent = recent or {name: RecentSamples(WINDOW_MINUTES * 60.0) for name in self.ratios}
-        """The node's ratios' samples of the last 5 minutes: the ``*_avg_5m`` values."""
+        self.recent = recent or {name: RecentSamples(RECENT_MINUTES * 60.0) for name in self.ratios}
+        """The node's ratios' samples of the last 30 minutes: ``*_avg_5m`` and the percentile metrics."""
         self.node_cpu = MinuteSeries(WINDOW_MINUTES)
         self.node_memory = MinuteSeries(WINDOW_MINUTES)
         self.pods: dict[str, tuple[MinuteSeries, MinuteSeries]] = {}
@@ -262,15 +278,22 @@ class LoadHistory:
             del self._pod_seen[uid]
             self.pods.pop(uid, None)
 
-    def crane_values(self, now: float, names: Iterable[str]) -> dict[str, float]:
-        """The named crane metrics that have data (ratios in [0, 1]). A maximum also counts the 5-minute
-        mean of this moment, so ``*_max_avg_1h`` is never below ``*_avg_5m``."""
+    def values(self, now: float, names: Iterable[str], interval: float) -> dict[str, float]:
+        """The named metrics the agent measures (crane's, and the percentile metrics at the sampling
+        ``interval``) that have data, as ratios in [0, 1]. A maximum also counts the 5-minute mean of this
+        moment, so ``*_max_avg_1h`` is never below ``*_avg_5m``."""
         out: dict[str, float] = {}
         for name in names:
+            if (wanted := percentile_metric(name)) is not None:
+                seconds = wanted.window_minutes * 60.0
+                value = self.recent[wanted.series].percentile(now, wanted.percentile, seconds, interval)
+                if value is not None:
+                    out[name] = min(1.0, max(0.0, value))
+                continue
             known = CRANE_METRICS.get(name)
             if known is None:
                 continue
-            current = self.recent[known[0]].mean(now)
+            current = self.recent[known[0]].mean(now, WINDOW_MINUTES * 60.0)
             value = current
             if known[1]:
                 values = [v for v in (current, self.ratios[known[0]].max_avg(now, known[1])) if v is not None]

@@ -40,7 +40,7 @@ from ballast.agent.load.history import CRANE_METRICS, WINDOW_MINUTES, LoadHistor
 from ballast.agent.load.metrics import LoadMetrics
 from ballast.agent.load.pods import NodePods
 from ballast.agent.load.sampler import KernelReading, Sampler
-from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load
+from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load, percentile_metric
 from ballast.contract.nodeload import NODELOAD_PATH, NodeLoadStatus, PodUsage, new_object, render_status
 from ballast.kube.client import ApiError, Kube, path_for
 from ballast.model.hot_value import hot_value_of
@@ -226,13 +226,15 @@ class LoadReporter:
 
     def _annotate(self, policy: Policy, now: float, result: TickResult) -> None:
         due: dict[str, str] = {}
-        known = [m for m in policy.sync_periods if m in CRANE_METRICS]
+        known = [m for m in policy.sync_periods if m in CRANE_METRICS or percentile_metric(m) is not None]
         for name in policy.sync_periods:
-            if name not in CRANE_METRICS and name not in self._unknown_logged:
+            if name not in known and name not in self._unknown_logged:
                 self._unknown_logged.add(name)
                 log.info("syncPolicy metric %s is not one the agent measures: left to the annotator", name)
-        values = self.history.crane_values(
-            now, [m for m in known if self._annotation_due(m, policy.sync_periods[m], now)]
+        values = self.history.values(
+            now,
+            [m for m in known if self._annotation_due(m, policy.sync_periods[m], now)],
+            self.sample_interval,
         )
         for name, ratio in values.items():
             due[name] = format_load(ratio, now)

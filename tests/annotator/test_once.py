@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ballast.annotator.run import run
 from ballast.contract.annotations import HOT_VALUE_KEY, format_load, read_sample
@@ -19,7 +20,7 @@ from ballast.model.load_source import LOAD_SOURCE_KEY
 from ballast.model.policy import load_policy
 from ballast.testing.annotator import FailingPrometheus, add_node, annotations, bind_pod, node_patches, parse
 from ballast.testing.fakekube import FakeKube
-from ballast.testing.parts import POLICY_FILE
+from ballast.testing.parts import POLICY_FILE, ROOT, wait_for
 from ballast.testing.prometheus import BackfillSeries, CountingProxy, PrometheusServer
 
 pytestmark = pytest.mark.integration
@@ -180,3 +181,60 @@ def test_unreachable_prometheus_at_start_exits_non_zero(
     assert "cannot connect" in caplog.text
     assert [r for r in fake_kube.requests if r.method != "GET"] == []  # nothing written, not even listed
     assert annotations(fake_kube, "n1") == {"cpu_usage_avg_5m": OLD}
+
+
+QUANTILES = [f"{r}_usage_p{n}_5m" for r in ("cpu", "mem") for n in (50, 90, 95, 99)]
+QUANTILE_POLICY = (
+    "apiVersion: scheduler.policy.crane.io/v1alpha1\n"
+    "kind: DynamicSchedulerPolicy\n"
+    "spec:\n"
+    "  syncPolicy:\n"
+    + "".join(
+        f"    - {{name: {m}, period: {'30s' if m == 'cpu_usage_p95_5m' else '3m'}}}\n" for m in QUANTILES
+    )
+    + "  predicate:\n"
+    "    - {name: cpu_usage_p95_5m, maxLimitPecent: 0.9}\n"
+    "  priority:\n"
+    "    - {name: cpu_usage_p95_5m, weight: 1}\n"
+)
+
+
+def test_once_writes_the_quantile_names_the_shipped_rules_record(
+    tmp_path: Path, fake_kube: FakeKube, kubeconfig: Path
+) -> None:
+    """A policy listing cpu_usage_p95_5m (period 30s) and the other quantile names: the shipped quantile
+    rules, evaluated by a real Prometheus over backfilled *_usage_active series, give the values the
+    annotator writes, like any crane name. The rules' group runs every 1s here instead of every 1m, so the
+    first evaluation comes at once; the expressions are the shipped ones."""
+    shipped = yaml.safe_load((ROOT / "scheduler_config" / "recording-rules.yaml").read_text())
+    group = next(g for g in shipped["groups"] if g["name"] == "ballast-node-usage-quantiles-5m")
+    assert sorted(r["record"] for r in group["rules"]) == sorted(QUANTILES)
+    rules = tmp_path / "quantile-rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": [{**group, "interval": "1s"}]}))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(QUANTILE_POLICY)
+    assert load_policy(policy).sync_periods["cpu_usage_p95_5m"] == 30
+
+    # What crane's first rules group records: percentages per instance (memory keeps node-exporter's job).
+    active = [
+        BackfillSeries("cpu_usage_active", {"instance": "10.4.0.1:9100"}, 37.5),
+        BackfillSeries("mem_usage_active", {"instance": "10.4.0.1:9100", "job": "node"}, 62.25),
+    ]
+    add_node(fake_kube, "node-q", "10.4.0.1")
+    with PrometheusServer(tmp_path / "prom", active, rules=rules) as prom:
+        wait_for(
+            lambda: all(prom.query(m) for m in QUANTILES), timeout=20, what="the quantile rules to record"
+        )
+        args = parse(
+            "--policy", str(policy), "--prometheus-url", prom.url, "--kubeconfig", str(kubeconfig), "--once"
+        )
+        assert run(args) == 0
+        got = annotations(fake_kube, "node-q")
+        for metric in QUANTILES:
+            expected = prom.scalar(f'{metric}{{instance="10.4.0.1:9100"}} / 100')
+            assert got[metric].split(",")[0] == f"{expected:.5f}", metric
+            # A constant usage has every quantile equal to it.
+            assert got[metric].split(",")[0] == ("0.37500" if metric.startswith("cpu") else "0.62250"), metric
+            sample, _ = read_sample(got[metric], time.time())
+            assert sample is not None and abs(sample.timestamp - time.time()) < 60
+    assert set(got) == {*QUANTILES, LOAD_SOURCE_KEY}

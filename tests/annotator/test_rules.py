@@ -71,11 +71,138 @@ tests:
 """
 
 
+# The quantile rules on the same raw series. One CPU and 1024 bytes of memory, sampled every 15s; the
+# rules record *_usage_active every 30s, so the 5-minute window at 10m holds the 11 samples of 5m, 5m30s,
+# ..., 10m (both ends included). quantile_over_time(q, ...) sorts them (v0..v10) and interpolates at rank
+# r = q * (11 - 1): v[floor(r)] * (1 - w) + v[floor(r) + 1] * w, w = r - floor(r).
+# - CPU: idle grows 11.25s per 15s (25% busy), but 3.75s (75% busy) in the steps ending 9m15s..10m: the
+#   window holds 9 x 25 (5m..9m) and 2 x 75 (9m30s, 10m), the last minute busy.
+#   p50: r = 5, v5 = 25. p90: r = 9, v9 = 75. p95: r = 9.5, (75 + 75) / 2 = 75. p99: r = 9.9, 75.
+# - Memory: 768 bytes available (25% used) up to 7m30s, 512 (50%) from 7m45s to 9m30s, 256 (75%) at 9m45s
+#   and 10m, 768 again after: the window holds 6 x 25, 4 x 50 (8m..9m30s) and 1 x 75 (10m).
+#   p50: r = 5, v5 = 25. p90: r = 9, v9 = 50. p95: r = 9.5, 0.5 * 50 + 0.5 * 75 = 62.5.
+#   p99: r = 9.9, 0.1 * 50 + 0.9 * 75 = 72.5 exactly, 72.50000000000001 in float64 (0.99 * 10 rounds to
+#   9.9000000000000004, so 75 weighs a hair over 0.9); promtool compares exactly.
+# - At 16m the window (11m..16m) holds only 25s: the peaks have left every quantile.
+# group_eval_order runs *_usage_active before the rules that read it at each step (promtool otherwise
+# orders the groups at random, and the window at 10m would miss the sample of 10m in some runs).
+QUANTILE_TESTS = """\
+rule_files:
+  - {rules}
+evaluation_interval: 30s
+group_eval_order:
+  - ballast-node-usage-active
+  - ballast-node-usage-5m
+  - ballast-node-usage-quantiles-5m
+  - ballast-node-usage-max
+tests:
+  - interval: 15s
+    input_series:
+      - series: 'node_cpu_seconds_total{{instance="10.0.0.1:9100", job="node", cpu="0", mode="idle"}}'
+        values: '0+11.25x36 408.75+3.75x3 431.25+11.25x23'
+      - series: 'node_memory_MemTotal_bytes{{instance="10.0.0.1:9100", job="node"}}'
+        values: '1024+0x64'
+      - series: 'node_memory_MemAvailable_bytes{{instance="10.0.0.1:9100", job="node"}}'
+        values: '768+0x30 512+0x7 256+0x1 768+0x23'
+    promql_expr_test:
+      - expr: count_over_time(cpu_usage_active[5m])
+        eval_time: 10m
+        exp_samples:
+          - labels: '{{instance="10.0.0.1:9100"}}'
+            value: 11
+      - expr: count_over_time(mem_usage_active[5m])
+        eval_time: 10m
+        exp_samples:
+          - labels: '{{instance="10.0.0.1:9100", job="node"}}'
+            value: 11
+      - expr: cpu_usage_p50_5m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'cpu_usage_p50_5m{{instance="10.0.0.1:9100"}}'
+            value: 25
+      - expr: cpu_usage_p90_5m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'cpu_usage_p90_5m{{instance="10.0.0.1:9100"}}'
+            value: 75
+      - expr: cpu_usage_p95_5m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'cpu_usage_p95_5m{{instance="10.0.0.1:9100"}}'
+            value: 75
+      - expr: cpu_usage_p99_5m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'cpu_usage_p99_5m{{instance="10.0.0.1:9100"}}'
+            value: 75
+      - expr: mem_usage_p50_5m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'mem_usage_p50_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 25
+      - expr: mem_usage_p90_5m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'mem_usage_p90_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 50
+      - expr: mem_usage_p95_5m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'mem_usage_p95_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 62.5
+      - expr: mem_usage_p99_5m
+        eval_time: 10m
+        exp_samples:
+          - labels: 'mem_usage_p99_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 72.50000000000001
+      - expr: cpu_usage_p50_5m
+        eval_time: 16m
+        exp_samples:
+          - labels: 'cpu_usage_p50_5m{{instance="10.0.0.1:9100"}}'
+            value: 25
+      - expr: cpu_usage_p90_5m
+        eval_time: 16m
+        exp_samples:
+          - labels: 'cpu_usage_p90_5m{{instance="10.0.0.1:9100"}}'
+            value: 25
+      - expr: cpu_usage_p95_5m
+        eval_time: 16m
+        exp_samples:
+          - labels: 'cpu_usage_p95_5m{{instance="10.0.0.1:9100"}}'
+            value: 25
+      - expr: cpu_usage_p99_5m
+        eval_time: 16m
+        exp_samples:
+          - labels: 'cpu_usage_p99_5m{{instance="10.0.0.1:9100"}}'
+            value: 25
+      - expr: mem_usage_p50_5m
+        eval_time: 16m
+        exp_samples:
+          - labels: 'mem_usage_p50_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 25
+      - expr: mem_usage_p90_5m
+        eval_time: 16m
+        exp_samples:
+          - labels: 'mem_usage_p90_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 25
+      - expr: mem_usage_p95_5m
+        eval_time: 16m
+        exp_samples:
+          - labels: 'mem_usage_p95_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 25
+      - expr: mem_usage_p99_5m
+        eval_time: 16m
+        exp_samples:
+          - labels: 'mem_usage_p99_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 25
+"""
+
+
 def test_promtool_check_rules() -> None:
     promtool = require_promtool()
     out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 8 rules found" in out.stdout
+    assert "SUCCESS: 16 rules found" in out.stdout
 
 
 def test_rules_compute_crane_percentages(tmp_path: Path) -> None:
@@ -85,6 +212,31 @@ def test_rules_compute_crane_percentages(tmp_path: Path) -> None:
     out = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
+
+
+def test_quantile_rules_interpolate_over_the_5m_window(tmp_path: Path) -> None:
+    promtool = require_promtool()
+    tests = tmp_path / "quantiles_test.yaml"
+    tests.write_text(QUANTILE_TESTS.format(rules=RULES))
+    out = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_quantile_rules_read_what_the_avg_5m_rules_average() -> None:
+    """cpu_usage_p<N>_5m / mem_usage_p<N>_5m: quantile_over_time of the very series and window the crane
+    rule ``*_usage_avg_5m`` averages (so they carry its labels too), evaluated as often."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    where = {r["record"]: (g, r["expr"]) for g in groups for r in g["rules"]}
+    for resource in ("cpu", "mem"):
+        avg_group, avg = where[f"{resource}_usage_avg_5m"]
+        assert avg.startswith("avg_over_time(") and avg.endswith(")")
+        averaged = avg[len("avg_over_time(") : -1]
+        assert averaged == f"{resource}_usage_active[5m]"
+        for n, q in (("50", "0.5"), ("90", "0.9"), ("95", "0.95"), ("99", "0.99")):
+            group, expr = where[f"{resource}_usage_p{n}_5m"]
+            assert expr == f"quantile_over_time({q}, {averaged})"
+            assert group["interval"] == avg_group["interval"]
 
 
 def test_prometheus_rule_object_matches_the_rules_file() -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -34,6 +35,11 @@ FRESH_REPORT_INTERVALS = 2
 
 MAX_PODS = 1000
 """The CRD's ``maxItems``: far above any kubelet's ``maxPods``; a longer list is a broken writer."""
+
+MAX_METRICS = 64
+"""The CRD's ``maxProperties`` of ``node.metrics``: the agent measures a dozen at most."""
+MAX_METRIC_NAME = 63
+"""A metric name is an annotation key's name part: at most 63 characters."""
 
 MAX_CPU_CORES = 100_000
 MAX_MEMORY_BYTES = 2**60
@@ -60,6 +66,9 @@ class NodeLoadStatus:
     node_cpu: float
     node_memory: int
     pods: tuple[PodUsage, ...]
+    node_metrics: Mapping[str, float] = field(default_factory=dict)
+    """Every metric the agent measured (crane's, the percentiles the policy names): its ratio, as the
+    Node's annotation of that name carries it."""
 
     def is_fresh(self, now: float, report_interval: float) -> bool:
         """Fresh while ``updateTime`` is within two report intervals of ``now`` (and not in the future
@@ -86,7 +95,11 @@ def render_status(status: NodeLoadStatus) -> dict[str, Any]:
     return {
         "updateTime": format_rfc3339(status.update_time),
         "window": format_duration(status.window),
-        "node": {"cpu": format_cpu(status.node_cpu), "memory": format_memory(status.node_memory)},
+        "node": {
+            "cpu": format_cpu(status.node_cpu),
+            "memory": format_memory(status.node_memory),
+            "metrics": {name: round(ratio, 5) for name, ratio in sorted(status.node_metrics.items())},
+        },
         "pods": [
             {
                 "namespace": p.namespace,
@@ -179,4 +192,21 @@ def parse_status(obj: object) -> NodeLoadStatus | None:
     if not isinstance(raw_pods, list) or len(raw_pods) > MAX_PODS:
         return None
     pods = tuple(p for p in map(_pod, raw_pods) if p is not None)
-    return NodeLoadStatus(update_time, window, float(cpu), math.ceil(memory), pods)
+    return NodeLoadStatus(
+        update_time, window, float(cpu), math.ceil(memory), pods, _metrics(node.get("metrics"))
+    )
+
+
+def _metrics(raw: object) -> dict[str, float]:
+    """``node.metrics`` read: an entry that is not a short name and a ratio in [0, 1] is dropped."""
+    if not isinstance(raw, dict) or len(raw) > MAX_METRICS:
+        return {}
+    return {
+        name: float(value)
+        for name, value in raw.items()
+        if isinstance(name, str)
+        and 0 < len(name) <= MAX_METRIC_NAME
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 <= value <= 1
+    }

@@ -157,7 +157,19 @@ def test_the_nodeload_lists_the_bound_pods_owned_by_the_node_in_whole_mib() -> N
     assert created["metadata"]["ownerReferences"][0]["uid"] == "node-uid"
     (status,) = [b["status"] for _, p, b in kube.writes if p == f"{NODELOAD_PATH}/n1/status"]
     assert status["window"] == "5m"
-    assert status["node"] == {"cpu": "1", "memory": "1Gi"}
+    assert status["node"] == {
+        "cpu": "1",
+        "memory": "1Gi",
+        # every metric the agent measures, whether or not the policy syncs it onto the Node
+        "metrics": {
+            "cpu_usage_avg_5m": 0.5,
+            "cpu_usage_max_avg_1h": 0.5,
+            "cpu_usage_max_avg_1d": 0.5,
+            "mem_usage_avg_5m": 0.25,
+            "mem_usage_max_avg_1h": 0.25,
+            "mem_usage_max_avg_1d": 0.25,
+        },
+    }
     assert {p["uid"]: (p["cpu"], p["memory"]) for p in status["pods"]} == {
         u: ("250m", "100Mi") for u in ("p1", "p2", "p3")
     }

@@ -32,6 +32,7 @@ STATUS = NodeLoadStatus(
     node_cpu=3.2,
     node_memory=12 * 2**30,
     pods=(PodUsage("shop", "web-1", "6f0c", 0.45, 300 * 2**20),),
+    node_metrics={"cpu_usage_avg_5m": 0.4, "cpu_usage_p95_5m": 0.875},
 )
 
 
@@ -39,7 +40,11 @@ def test_the_contract_example_renders_as_documented() -> None:
     assert render_status(STATUS) == {
         "updateTime": "2025-11-25T20:00:00Z",
         "window": "5m",
-        "node": {"cpu": "3200m", "memory": "12Gi"},
+        "node": {
+            "cpu": "3200m",
+            "memory": "12Gi",
+            "metrics": {"cpu_usage_avg_5m": 0.4, "cpu_usage_p95_5m": 0.875},
+        },
         "pods": [{"namespace": "shop", "name": "web-1", "uid": "6f0c", "cpu": "450m", "memory": "300Mi"}],
     }
 
@@ -53,6 +58,34 @@ def test_a_bad_pod_entry_is_dropped_and_the_rest_kept() -> None:
     status["pods"].append({"namespace": "shop", "name": "web-2", "uid": "x", "cpu": "lots", "memory": "1Mi"})
     parsed = parse_status({"status": status})
     assert parsed is not None and [p.name for p in parsed.pods] == ["web-1"]
+
+
+def test_a_bad_metric_entry_is_dropped_and_the_rest_kept() -> None:
+    status = render_status(STATUS)
+    metrics = status["node"]["metrics"]
+    metrics.update({"above": 1.5, "nan": float("nan"), "text": "0.5", "flag": True, "x" * 64: 0.5})
+    parsed = parse_status({"status": status})
+    assert parsed is not None and parsed.node_metrics == STATUS.node_metrics
+    status["node"]["metrics"] = "not an object"
+    parsed = parse_status({"status": status})
+    assert parsed is not None and parsed.node_metrics == {} and parsed.node_cpu == STATUS.node_cpu
+
+
+def test_a_status_without_metrics_parses_as_one_that_measured_none() -> None:
+    status = render_status(STATUS)
+    del status["node"]["metrics"]
+    parsed = parse_status({"status": status})
+    assert parsed is not None and parsed.node_metrics == {}
+
+
+def test_the_crd_schema_admits_what_the_agent_renders() -> None:
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    node = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+        "node"
+    ]
+    metrics = node["properties"]["metrics"]
+    assert metrics["additionalProperties"] == {"type": "number", "minimum": 0, "maximum": 1}
+    assert set(render_status(STATUS)["node"]) <= set(node["properties"])
 
 
 def test_a_bad_node_total_or_time_is_no_information() -> None:
@@ -88,6 +121,9 @@ def test_any_json_value_parses_without_an_exception(value: object) -> None:
     parse_status({"status": value})
     parse_status({"status": {**render_status(STATUS), "node": value}})
     parse_status({"status": {**render_status(STATUS), "pods": [value]}})
+    parse_status(
+        {"status": {**render_status(STATUS), "node": {"cpu": "1", "memory": "1Gi", "metrics": value}}}
+    )
 
 
 def test_the_crd_manifest_has_the_module_coordinates() -> None:

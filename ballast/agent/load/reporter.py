@@ -289,7 +289,12 @@ class LoadReporter:
             for uid, (cpu, memory) in sorted(self.history.pod_means(now).items())
             if (ref := refs.get(uid)) is not None
         )
-        return NodeLoadStatus(now, WINDOW_MINUTES * 60.0, node[0], _mib(node[1]), pods)
+        measured = [
+            *CRANE_METRICS,
+            *(m for m in self.policy().sync_periods if percentile_metric(m) is not None),
+        ]
+        metrics = self.history.values(now, measured, self.sample_interval)
+        return NodeLoadStatus(now, WINDOW_MINUTES * 60.0, node[0], _mib(node[1]), pods, metrics)
 
     def _report(self, now: float, result: TickResult) -> None:
         status = self._status(now)

@@ -123,6 +123,11 @@ def test_the_agent_measures_real_pods_as_the_kubelet_does(
     try:
         pods = wait_running(core, names)
         uids = {name: pod.metadata.uid for name, pod in pods.items()}
+        # cAdvisor's cumulative CPU counter at two of its housekeeping samples, the first as the agent
+        # starts: the kubelet's mean over the time the agent's window mean covers (its usageNanoCores is a
+        # rate over the last ~10 s only, which moves with whatever else the machine runs, and so does a
+        # burner's share of two busy cores)
+        first = kubelet_figures(node, uids)
         agent = NodeAgent(control_plane, node, tmp_path, policy=POLICY)
         wait_until(
             lambda: (
@@ -133,10 +138,6 @@ def test_the_agent_measures_real_pods_as_the_kubelet_does(
             f"every pod in NodeLoad {node.name}",
             60,
         )
-        # cAdvisor's cumulative CPU counter at two of its housekeeping samples about MEASURE_SECONDS apart:
-        # the kubelet's mean over the time the agent's window mean covers (its usageNanoCores is a rate
-        # over the last ~10 s only, which moves with whatever else the machine runs)
-        first = kubelet_figures(node, uids)
         time.sleep(MEASURE_SECONDS)
         wait_until(
             lambda: all(

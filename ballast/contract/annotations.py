@@ -60,6 +60,16 @@ def percentile_metric(name: str) -> PercentileMetric | None:
     return PercentileMetric(found[1], int(found[2]), int(found[3]))
 
 
+PRESSURE_MARK = "_pressure_"
+"""Pressure metrics (``cpu_pressure_some_avg_5m``, ``memory_pressure_full_avg_5m``, ...) carry this in
+their names: the share of wall time tasks stalled, a signal of contention, not usage."""
+
+
+def is_pressure_metric(name: str) -> bool:
+    """A pressure metric: no estimate of a just-placed pod is added to it, and none is taken off it."""
+    return PRESSURE_MARK in name
+
+
 HOT_VALUE_KEY = "node_hot_value"
 HOT_VALUE_VALID_SECONDS = 300.0
 """crane's DefautlHotVauleActivePeriod: a hot value counts for five minutes after it was written."""

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from ballast.contract.annotations import EXTRA_ACTIVE_SECONDS
+from ballast.contract.annotations import EXTRA_ACTIVE_SECONDS, is_pressure_metric
 from ballast.contract.durations import parse_duration
 from ballast.contract.numbers import finite, shown
 from ballast.contract.quantity import parse_quantity
@@ -168,7 +168,11 @@ class Policy:
         return self.sync_periods[metric] + EXTRA_ACTIVE_SECONDS
 
     def resource_of(self, metric: str) -> str | None:
-        """Which resource a metric measures: explicit mapping first, then crane's naming (cpu_*, mem_*)."""
+        """Which resource a metric measures: explicit mapping first, then crane's naming (cpu_*, mem_*).
+        A pressure metric measures none (``memory_pressure_some_avg_5m`` is not memory in use): no pod's
+        estimate is added to it or taken off it."""
+        if is_pressure_metric(metric):
+            return None
         explicit = self.metric_resources.get(metric)
         if explicit:
             return explicit
@@ -403,6 +407,8 @@ def _metric_resources(c: _Checker, value: Any, periods: Mapping[str, float]) -> 
             c.fail(f"spec.metricResources.{metric}", f"expected 'cpu' or 'memory', got {shown(res)}")
         elif metric not in periods:
             c.fail(f"spec.metricResources.{metric}", f"metric {shown(metric)} has no syncPolicy entry")
+        elif is_pressure_metric(metric):
+            c.fail(f"spec.metricResources.{metric}", "a pressure metric is a signal, not a resource's usage")
         else:
             resources[metric] = res
     return resources

@@ -339,3 +339,20 @@ def test_a_bad_dominant_resource_weight_is_refused_with_its_path(value: str, rea
     ((path, got),) = exc.value.problems
     assert path == "spec.dominantResourceWeight" and reason in got, got
     assert str(exc.value).startswith("invalid policy p.yaml: spec.dominantResourceWeight: ")
+
+
+def test_a_pressure_metric_is_a_signal_not_a_resources_usage() -> None:
+    """``memory_pressure_some_avg_5m`` starts like a memory metric, and crane's naming rule read it as
+    memory in use: the estimates of just-placed pods would have been added to a stall share."""
+    text = BASE.replace(
+        "  syncPolicy:\n",
+        "  syncPolicy:\n"
+        "    - {name: cpu_pressure_some_avg_5m, period: 3m}\n"
+        "    - {name: memory_pressure_full_avg_5m, period: 3m}\n",
+    )
+    policy = parse_policy(text)
+    assert policy.resource_of("cpu_pressure_some_avg_5m") is None
+    assert policy.resource_of("memory_pressure_full_avg_5m") is None
+    assert policy.resource_of("mem_usage_avg_5m") == "memory"
+    with pytest.raises(PolicyError, match=r"metricResources\.cpu_pressure_some_avg_5m.*signal"):
+        parse_policy(text + "  metricResources: {cpu_pressure_some_avg_5m: cpu}\n")

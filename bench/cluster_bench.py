@@ -343,7 +343,13 @@ def extender_cmds(cp: ControlPlane, server: str, log_level: str) -> dict[str, tu
             "import sys; sys.path.insert(0, sys.argv.pop(1)); from ballast.cli import main; sys.exit(main())"
         )
         before = os.environ["BALLAST_BENCH_BEFORE"]
-        return {f"ballast@{server}": ([sys.executable, "-c", boot, before, *argv[3:]], port, env)}
+        return {
+            f"ballast@{server}": (
+                [sys.executable, "-c", boot, before, *argv[argv.index("ballast") + 1 :]],
+                port,
+                env,
+            )
+        }
     if server == NO_UVLOOP:
         paths = [_uvloop_blocked(), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         blocked = {"PYTHONPATH": os.pathsep.join(paths)}

@@ -86,31 +86,27 @@ class MinuteSeries:
         self._sums[i] += value
         self._counts[i] += 1
 
-    def mean_at(self, minute: int) -> float | None:
-        """The mean of ``minute``, or ``None`` when it has no samples (or left the ring)."""
+    def _slot(self, minute: int) -> tuple[float, int]:
+        """``(sum, count)`` of ``minute``; nothing when it is not in the ring."""
         last = self._last
         if last is None or minute > last or minute <= last - self.size:
-            return None
+            return 0.0, 0
         i = minute % self.size
-        count = self._counts[i]
-        return self._sums[i] / count if count else None
+        return self._sums[i], self._counts[i]
 
-    def means(self, now: float, minutes: int) -> list[float | None]:
-        """The minute means of the ``minutes`` minutes ending with ``now``'s, oldest first."""
-        end = minute_of(now)
-        return [self.mean_at(m) for m in range(end - minutes + 1, end + 1)]
+    def mean_at(self, minute: int) -> float | None:
+        """The mean of ``minute``, or ``None`` when it has no samples (or left the ring)."""
+        total, count = self._slot(minute)
+        return total / count if count else None
 
     def _window(self, now: float, minutes: int) -> list[tuple[float, int]]:
         """``(sum, count)`` of each of the ``minutes`` minutes ending with ``now``'s, oldest first."""
-        last = self._last
-        out: list[tuple[float, int]] = []
-        for m in range(minute_of(now) - minutes + 1, minute_of(now) + 1):
-            if last is None or m > last or m <= last - self.size:
-                out.append((0.0, 0))
-            else:
-                i = m % self.size
-                out.append((self._sums[i], self._counts[i]))
-        return out
+        end = minute_of(now)
+        return [self._slot(m) for m in range(end - minutes + 1, end + 1)]
+
+    def means(self, now: float, minutes: int) -> list[float | None]:
+        """The minute means of the ``minutes`` minutes ending with ``now``'s, oldest first."""
+        return [total / count if count else None for total, count in self._window(now, minutes)]
 
     def avg(self, now: float, minutes: int = 5) -> float | None:
         """Mean of the samples of the last ``minutes`` minutes, each counting once (``None`` without any)."""
@@ -147,8 +143,8 @@ class MinuteSeries:
         keeps, so a restored minute weighs what it weighed."""
         if self._last is None:
             return None, [], []
-        minutes = range(self._last - self.size + 1, self._last + 1)
-        return self._last, [self.mean_at(m) for m in minutes], [self._counts[m % self.size] for m in minutes]
+        slots = [self._slot(m) for m in range(self._last - self.size + 1, self._last + 1)]
+        return self._last, [total / count if count else None for total, count in slots], [c for _, c in slots]
 
     @classmethod
     def from_minutes(
@@ -185,11 +181,11 @@ class RecentSamples:
         """One sample; one not finite, or older than the newest by the window or more, is dropped."""
         if not math.isfinite(value) or not math.isfinite(when):
             return
-        if self._samples and when <= self._samples[-1][0] - self.seconds:
+        newest = max(when, self._samples[-1][0]) if self._samples else when
+        if when <= newest - self.seconds:
             return
         self._samples.append((when, value))
-        newest = max(when, self._samples[-1][0])
-        while self._samples and self._samples[0][0] <= newest - self.seconds:
+        while self._samples[0][0] <= newest - self.seconds:
             self._samples.popleft()
 
     def window(self, now: float, seconds: float | None = None) -> list[float]:
@@ -232,7 +228,13 @@ CRANE_METRICS: dict[str, tuple[str, int]] = {
     MEM_USAGE_MAX_AVG_1D: ("mem", MINUTES_PER_DAY),
 }
 """crane's metric names -> (the ratio series, 0 for the 5-minute mean or the max-of-5m-means window in
-minutes). A syncPolicy name not here is not the agent's to write."""
+minutes)."""
+
+
+def measures(name: str) -> bool:
+    """Whether the agent measures the metric ``name``: crane's, or a percentile metric. A syncPolicy name it
+    does not measure is not the agent's to write."""
+    return name in CRANE_METRICS or percentile_metric(name) is not None
 
 
 class LoadHistory:

@@ -36,11 +36,11 @@ from typing import Any
 
 from ballast.agent.cgroup_paths import CgroupLayout
 from ballast.agent.load.checkpoint import HistoryCheckpoint
-from ballast.agent.load.history import CRANE_METRICS, WINDOW_MINUTES, LoadHistory
+from ballast.agent.load.history import CRANE_METRICS, WINDOW_MINUTES, LoadHistory, measures
 from ballast.agent.load.metrics import LoadMetrics
 from ballast.agent.load.pods import NodePods
 from ballast.agent.load.sampler import KernelReading, Sampler
-from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load, percentile_metric
+from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load
 from ballast.contract.nodeload import NODELOAD_PATH, NodeLoadStatus, PodUsage, new_object, render_status
 from ballast.kube.client import ApiError, Kube, path_for
 from ballast.model.hot_value import hot_value_of
@@ -226,7 +226,7 @@ class LoadReporter:
 
     def _annotate(self, policy: Policy, now: float, result: TickResult) -> None:
         due: dict[str, str] = {}
-        known = [m for m in policy.sync_periods if m in CRANE_METRICS or percentile_metric(m) is not None]
+        known = [m for m in policy.sync_periods if measures(m)]
         for name in policy.sync_periods:
             if name not in known and name not in self._unknown_logged:
                 self._unknown_logged.add(name)
@@ -289,9 +289,10 @@ class LoadReporter:
             for uid, (cpu, memory) in sorted(self.history.pod_means(now).items())
             if (ref := refs.get(uid)) is not None
         )
+        # crane's six whatever the policy syncs, and the percentiles it names
         measured = [
             *CRANE_METRICS,
-            *(m for m in self.policy().sync_periods if percentile_metric(m) is not None),
+            *(m for m in self.policy().sync_periods if m not in CRANE_METRICS and measures(m)),
         ]
         metrics = self.history.values(now, measured, self.sample_interval)
         return NodeLoadStatus(now, WINDOW_MINUTES * 60.0, node[0], _mib(node[1]), pods, metrics)

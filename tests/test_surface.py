@@ -1,8 +1,8 @@
 """The public surface does not drift by accident: every command's ``--help`` (flags, defaults, help text),
 the name and type of every metric each program exports (and of every family the extender's ``/metrics``
-serves), and the extender's OpenAPI document are compared
-with the copies in ``tests/fixtures/surface/``. A deliberate change updates the copy in the same commit:
-``.venv/bin/python -m tests.test_surface --write`` writes them anew."""
+serves), and the extender's OpenAPI document are compared with the copies in ``tests/fixtures/surface/``.
+A deliberate change updates the copy in the same commit: ``.venv/bin/python -m tests.test_surface
+--write`` writes them anew."""
 
 from __future__ import annotations
 

@@ -70,6 +70,45 @@ def is_pressure_metric(name: str) -> bool:
     return PRESSURE_MARK in name
 
 
+PRESSURE_METRIC_PATTERN = (
+    r"^(cpu_pressure_some|(memory|io)_pressure_(some|full))_(avg_5m|max_avg_1h|max_avg_1d)$"
+)
+"""Pressure metrics the agent measures: ``<resource>_pressure_<some|full>_<window>`` with crane's windows
+(``avg_5m``, ``max_avg_1h``, ``max_avg_1d``): the share of wall time (0..1) in which some (or, ``full``,
+all) non-idle tasks stalled on the resource, from the kernel's PSI (``/proc/pressure/*``). No
+``cpu_pressure_full``: the kernel reports 0 for it at the node. The agent's admission policy admits these
+names by this pattern (a test keeps the two equal)."""
+_PRESSURE_METRIC = re.compile(PRESSURE_METRIC_PATTERN)
+
+PRESSURE_WINDOWS = {"avg_5m": 0, "max_avg_1h": 60, "max_avg_1d": 1440}
+"""A pressure metric's window -> 0 for the 5-minute mean, else the minutes its 5-minute means' maximum
+covers (crane's ``*_max_avg_*`` rule)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PressureMetric:
+    """A pressure metric's name, read: ``resource`` is ``cpu``, ``memory`` or ``io``, ``kind`` ``some`` or
+    ``full``, ``window_minutes`` as in ``PRESSURE_WINDOWS``."""
+
+    resource: str
+    kind: str
+    window_minutes: int
+
+    @property
+    def series(self) -> str:
+        """The sampled share this metric is a window of: ``cpu_pressure_some`` and the like."""
+        return f"{self.resource}_pressure_{self.kind}"
+
+
+def pressure_metric(name: str) -> PressureMetric | None:
+    """``memory_pressure_full_max_avg_1h`` -> (memory, full, 60); ``None`` for any other name."""
+    if _PRESSURE_METRIC.fullmatch(name) is None:
+        return None
+    resource, _, rest = name.partition(PRESSURE_MARK)
+    kind, _, window = rest.partition("_")
+    return PressureMetric(resource, kind, PRESSURE_WINDOWS[window])
+
+
 HOT_VALUE_KEY = "node_hot_value"
 HOT_VALUE_VALID_SECONDS = 300.0
 """crane's DefautlHotVauleActivePeriod: a hot value counts for five minutes after it was written."""

@@ -46,15 +46,25 @@ MAX_MEMORY_BYTES = 2**60
 """Sane ceilings: a value above them is a broken writer, read as no information for that entry."""
 
 
+POD_PRESSURE_RESOURCES = ("cpu", "memory", "io")
+"""The keys of a pod's ``pressure``."""
+
+
 @dataclass(frozen=True, slots=True)
 class PodUsage:
-    """One pod's mean usage over the window: CPU in cores, memory working set in bytes."""
+    """One pod's mean usage over the window: CPU in cores, memory working set in bytes; with pressure
+    measured, the share of the window some of its tasks stalled on each resource (cgroup v2) and the share
+    its CPU limit held it."""
 
     namespace: str
     name: str
     uid: str
     cpu: float
     memory: int
+    pressure: Mapping[str, float] = field(default_factory=dict)
+    """``cpu``/``memory``/``io`` -> the pod cgroup's ``some`` share of the window (0..1)."""
+    throttled: float | None = None
+    """The share of the window the pod's CPU limit held it (0..1), ``None`` when not measured."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +110,23 @@ def render_status(status: NodeLoadStatus) -> dict[str, Any]:
             "memory": format_memory(status.node_memory),
             "metrics": {name: round(ratio, 5) for name, ratio in sorted(status.node_metrics.items())},
         },
-        "pods": [
-            {
-                "namespace": p.namespace,
-                "name": p.name,
-                "uid": p.uid,
-                "cpu": format_cpu(p.cpu),
-                "memory": format_memory(p.memory),
-            }
-            for p in status.pods
-        ],
+        "pods": [_render_pod(p) for p in status.pods],
     }
+
+
+def _render_pod(p: PodUsage) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "namespace": p.namespace,
+        "name": p.name,
+        "uid": p.uid,
+        "cpu": format_cpu(p.cpu),
+        "memory": format_memory(p.memory),
+    }
+    if p.pressure:
+        out["pressure"] = {k: round(v, 5) for k, v in sorted(p.pressure.items())}
+    if p.throttled is not None:
+        out["throttled"] = round(p.throttled, 5)
+    return out
 
 
 def new_object(node_name: str, node_uid: str | None) -> dict[str, Any]:
@@ -159,7 +175,27 @@ def _pod(raw: object) -> PodUsage | None:
     memory = _quantity(raw.get("memory"), MAX_MEMORY_BYTES)
     if cpu is None or memory is None:
         return None
-    return PodUsage(ns, name, uid, float(cpu), math.ceil(memory))  # type: ignore[arg-type]
+    raw_pressure = raw.get("pressure")
+    pressure = (
+        {k: float(v) for k, v in raw_pressure.items() if k in POD_PRESSURE_RESOURCES and _is_share(v)}
+        if isinstance(raw_pressure, dict)
+        else {}
+    )
+    throttled = raw.get("throttled")
+    return PodUsage(
+        ns,  # type: ignore[arg-type]
+        name,  # type: ignore[arg-type]
+        uid,  # type: ignore[arg-type]
+        float(cpu),
+        math.ceil(memory),
+        pressure,
+        float(throttled) if _is_share(throttled) else None,
+    )
+
+
+def _is_share(v: object) -> bool:
+    """A number in [0, 1] (not a bool)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1
 
 
 def parse_status(obj: object) -> NodeLoadStatus | None:
@@ -204,9 +240,5 @@ def _metrics(raw: object) -> dict[str, float]:
     return {
         name: float(value)
         for name, value in raw.items()
-        if isinstance(name, str)
-        and 0 < len(name) <= MAX_METRIC_NAME
-        and isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and 0 <= value <= 1
+        if isinstance(name, str) and 0 < len(name) <= MAX_METRIC_NAME and _is_share(value)
     }

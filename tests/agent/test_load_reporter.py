@@ -65,11 +65,26 @@ class FixedSampler:
     def __init__(self, clock: list[float]) -> None:
         self.clock = clock
         self.first = True
+        self.asked_pressure: list[bool] = []
 
-    def sample(self, pods: Any) -> KernelReading:
+    def sample(self, pods: Any, *, pressure: bool = False) -> KernelReading:
+        """With ``pressure``: the node's CPU stalled 0.2 of the time, memory 0.05 (some) and 0.01 (full),
+        IO never; each pod's CPU 0.3 and its limit holding it 0.4 (shares need a previous read too)."""
+        self.asked_pressure.append(pressure)
         first, self.first = self.first, False
         s = KernelReading(self.clock[0], None if first else 0.5, None if first else 1.0, 0.25, 1 << 30)
         s.pods = {r.uid: PodReading(None if first else 0.25, 100 << 20) for r in pods}
+        if pressure and not first:
+            s.pressure = {
+                "cpu_pressure_some": 0.2,
+                "memory_pressure_some": 0.05,
+                "memory_pressure_full": 0.01,
+                "io_pressure_some": 0.0,
+                "io_pressure_full": 0.0,
+            }
+            for reading in s.pods.values():
+                reading.pressure.update(cpu=0.3, memory=0.0, io=0.0)
+                reading.throttled = 0.4
         return s
 
 
@@ -344,3 +359,52 @@ def test_a_percentile_the_policy_names_is_written_once_half_its_window_is_sample
     # 30 of the 10-minute window's 60 samples (memory is read from the first tick on): half a window
     assert min(t for t, a in patches if "mem_usage_p90_10m" in a) >= T0 + 290
     assert "not one the agent measures" not in caplog.text
+
+
+def test_pressure_is_measured_only_when_the_policy_names_a_pressure_metric_and_published_like_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = [T0]
+    r, kube = reporter(clock)
+    r.tick()
+    clock[0] += 10
+    r.tick()
+    sampler = r.sampler
+    assert sampler.asked_pressure == [False, False]  # type: ignore[attr-defined]
+    (status,) = [b["status"] for _, p, b in kube.writes if p == f"{NODELOAD_PATH}/n1/status"]
+    assert not any("pressure" in m for m in status["node"]["metrics"])
+    assert all("pressure" not in p and "throttled" not in p for p in status["pods"])
+
+    policy = build_policy(
+        {
+            "apiVersion": "scheduler.policy.crane.io/v1alpha1",
+            "kind": "DynamicSchedulerPolicy",
+            "spec": {
+                "syncPolicy": [
+                    {"name": "cpu_usage_avg_5m", "period": "1m"},
+                    {"name": "cpu_pressure_some_avg_5m", "period": "1m"},
+                    {"name": "memory_pressure_full_max_avg_1h", "period": "1m"},
+                ]
+            },
+        }
+    )
+    clock = [T0]
+    r, kube = reporter(clock)
+    r.policy = lambda: policy
+    caplog.set_level(logging.INFO, "ballast.agent.load")
+    for _ in range(3):
+        r.tick()
+        clock[0] += 10
+    assert r.sampler.asked_pressure == [True, True, True]  # type: ignore[attr-defined]
+    patches = [b["metadata"]["annotations"] for _, p, b in kube.writes if p == "/api/v1/nodes/n1"]
+    assert patches[0]["cpu_pressure_some_avg_5m"].startswith("0.20000,")
+    assert patches[0]["memory_pressure_full_max_avg_1h"].startswith("0.01000,")
+    assert "not one the agent measures" not in caplog.text
+    status = [b["status"] for _, p, b in kube.writes if p == f"{NODELOAD_PATH}/n1/status"][-1]
+    # crane's six, and the pressure metrics the policy names (not the ones it does not)
+    assert status["node"]["metrics"]["cpu_pressure_some_avg_5m"] == 0.2
+    assert status["node"]["metrics"]["memory_pressure_full_max_avg_1h"] == 0.01
+    assert "memory_pressure_some_avg_5m" not in status["node"]["metrics"]
+    assert {p["uid"]: (p["pressure"], p["throttled"]) for p in status["pods"]} == {
+        u: ({"cpu": 0.3, "memory": 0.0, "io": 0.0}, 0.4) for u in ("p1", "p2", "p3")
+    }

@@ -18,6 +18,11 @@ QoS class; the other QoS parents are tried when the first guess is not there (th
 the spec, as the kubelet does, but a resize can move it).
 A pod whose cgroup or CPU counter is missing, or vanishes during the read, is ``None``: skipped this
 round. Missing memory files (the controller not enabled there) leave only the working set unknown.
+
+Pressure (``read_pressure``, only when the policy names a pressure metric): the CPU time the pod's limit
+held it, v2 ``cpu.stat`` ``throttled_usec``, v1 the ``cpu`` hierarchy's ``cpu.stat`` ``throttled_time``
+(ns); and its ``{cpu,memory,io}.pressure`` ``some`` totals from the unified tree: the pod cgroup on v2, on a
+hybrid v1 host the same path under ``unified`` when there is one (``ballast.agent.load.pressure``).
 """
 
 from __future__ import annotations
@@ -26,9 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ballast.agent.cgroup_paths import CgroupLayout
+from ballast.agent.load.pressure import PRESSURE_RESOURCES, PressureError, parse_pressure
 from ballast.contract.pod import QOSClass
 
-__all__ = ["CgroupError", "PodCgroups", "PodCounters", "cgroup_version", "inactive_file", "working_set"]
+__all__ = [
+    "CgroupError",
+    "PodCgroups",
+    "PodCounters",
+    "PodPressureCounters",
+    "cgroup_version",
+    "inactive_file",
+    "throttled_us",
+    "working_set",
+]
 
 
 class CgroupError(ValueError):
@@ -42,6 +57,16 @@ class PodCounters:
     cpu_ns: int
     working_set: int | None
     """``None`` when the memory controller's files are missing (the pod's CPU still counts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodPressureCounters:
+    """One read of a pod cgroup's pressure counters, in microseconds (cumulative)."""
+
+    throttled_us: int | None
+    """CPU time its CPU limit held it, summed over CPUs; ``None`` without the CPU controller's files."""
+    some_us: dict[str, int]
+    """``cpu``/``memory``/``io`` -> the ``some`` total of that pressure file; empty without a unified tree."""
 
 
 def cgroup_version(root: Path) -> int:
@@ -68,6 +93,21 @@ def working_set(usage: int, inactive: int) -> int:
     return max(0, usage - inactive)
 
 
+def throttled_us(cpu_stat: str, version: int) -> int | None:
+    """The throttled time of ``cpu.stat`` in microseconds: v2 ``throttled_usec``, v1 ``throttled_time``
+    (ns); ``None`` when the key is absent (v2 without ``cpu`` in the parent's ``subtree_control``)."""
+    key = "throttled_usec" if version == 2 else "throttled_time"
+    for line in cpu_stat.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            try:
+                n = int(value)
+            except ValueError:
+                raise CgroupError(f"cpu.stat: {key} is not a number: {value[:40]!r}") from None
+            return n if version == 2 else n // 1000
+    return None
+
+
 def _usage_usec(cpu_stat: str) -> int:
     for line in cpu_stat.splitlines():
         name, _, value = line.partition(" ")
@@ -89,6 +129,14 @@ class PodCgroups:
             cpuacct = self.root / "cpuacct"
             self.cpu_base = cpuacct if cpuacct.is_dir() else self.root / "cpu,cpuacct"
             self._memory_base = self.root / "memory"
+        if self.version == 2:
+            self._quota_base: Path = self.root
+            self._pressure_base: Path | None = self.root
+        else:
+            cpu = self.root / "cpu"
+            self._quota_base = cpu if cpu.is_dir() else self.root / "cpu,cpuacct"
+            unified = self.root / "unified"
+            self._pressure_base = unified if (unified / "cgroup.controllers").exists() else None
         self._found: dict[str, tuple[str, ...]] = {}
         """pod uid -> the path that held its cgroup last time (saves the QoS search on every read)."""
 
@@ -147,6 +195,27 @@ class PodCgroups:
         except (OSError, ValueError):
             return None
         return working_set(usage, inactive)
+
+    def read_pressure(self, uid: str, qos: QOSClass) -> PodPressureCounters | None:
+        """The pod's throttled time and pressure totals (module docstring), ``None`` when its cgroup is
+        not there; a file that is missing or unreadable leaves only its figure out."""
+        parts = self._parts(uid, qos)
+        if parts is None:
+            return None
+        try:
+            stat = self._quota_base.joinpath(*parts, "cpu.stat").read_text()
+            throttled = throttled_us(stat, self.version)
+        except (OSError, ValueError):
+            throttled = None
+        some: dict[str, int] = {}
+        if self._pressure_base is not None:
+            d = self._pressure_base.joinpath(*parts)
+            for resource in PRESSURE_RESOURCES:
+                try:
+                    some[resource] = parse_pressure((d / f"{resource}.pressure").read_text()).some
+                except (OSError, PressureError):
+                    continue
+        return PodPressureCounters(throttled, some)
 
     def forget(self, keep: set[str]) -> None:
         """Drop cached paths of pods no longer on the node."""

@@ -1,6 +1,6 @@
-"""The load history's checkpoint: the day of per-minute CPU and memory ratios (each minute's mean and its
-sample count) and the samples of the last five minutes, so a restart keeps the 1-day maximum crane's
-``*_max_avg_1d`` needs and the 5-minute mean as it was.
+"""The load history's checkpoint: the day of per-minute CPU and memory ratios (and the pressure shares the
+policy had the agent measure), each minute's mean and its sample count, and the recent samples, so a
+restart keeps the 1-day maximum crane's ``*_max_avg_1d`` needs and the 5-minute mean as it was.
 
 One small JSON file in the agent's state directory, written atomically (temp file, fsync, rename; the CPU
 manager's ``write_atomically``). A file that cannot be read or does not hold what this module writes is not
@@ -20,7 +20,13 @@ from pathlib import Path
 import orjson
 
 from ballast.agent.cpumanager.state_checkpoint import set_aside, write_atomically
-from ballast.agent.load.history import RECENT_MINUTES, LoadHistory, MinuteSeries, RecentSamples
+from ballast.agent.load.history import (
+    PRESSURE_SERIES,
+    RECENT_MINUTES,
+    LoadHistory,
+    MinuteSeries,
+    RecentSamples,
+)
 
 __all__ = ["FORMAT", "HistoryCheckpoint", "decode_history", "encode_history"]
 
@@ -60,8 +66,8 @@ def decode_history(data: bytes) -> LoadHistory:
         raise ValueError(f"not a {FORMAT} document")
     first = doc["format"] == FIRST_FORMAT
     raw = doc.get("series")
-    if not isinstance(raw, dict) or set(raw) != {"cpu", "mem"}:
-        raise ValueError("series must hold exactly cpu and mem")
+    if not isinstance(raw, dict) or not {"cpu", "mem"} <= set(raw) <= {"cpu", "mem", *PRESSURE_SERIES}:
+        raise ValueError(f"series must hold cpu and mem, and nothing but {', '.join(PRESSURE_SERIES)} beside")
     ratios: dict[str, MinuteSeries] = {}
     for name, entry in raw.items():
         if not isinstance(entry, dict):

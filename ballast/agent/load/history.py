@@ -17,6 +17,11 @@ crane's recording rules are ``*_avg_5m = avg_over_time(active[5m])`` and ``*_max
 
 A window with less history than its length gives the mean (or maximum) of what there is, as Prometheus's
 ``avg_over_time`` / ``max_over_time`` do, so a new node has values within its first report.
+
+Pressure metrics (``cpu_pressure_some_avg_5m``, ``memory_pressure_full_max_avg_1h``, ...,
+``ballast.contract.annotations.pressure_metric``) are crane's windows over the node's pressure shares
+(``ballast.agent.load.pressure``), one series per ``<resource>_pressure_<kind>``, made when the first
+share arrives: a node whose policy names none keeps none.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from ballast.contract.annotations import (
     MEM_USAGE_MAX_AVG_1D,
     MEM_USAGE_MAX_AVG_1H,
     percentile_metric,
+    pressure_metric,
 )
 
 __all__ = ["MINUTES_PER_DAY", "MinuteSeries", "RecentSamples", "minute_of"]
@@ -231,10 +237,32 @@ CRANE_METRICS: dict[str, tuple[str, int]] = {
 minutes)."""
 
 
+PRESSURE_SERIES = (
+    "cpu_pressure_some",
+    "memory_pressure_some",
+    "memory_pressure_full",
+    "io_pressure_some",
+    "io_pressure_full",
+)
+"""The node's pressure shares the agent keeps (``pressure_metric(name).series``)."""
+POD_PRESSURE = ("cpu", "memory", "io", "throttled")
+"""A pod's pressure figures in the NodeLoad: its ``some`` shares and its throttled share."""
+
+
 def measures(name: str) -> bool:
-    """Whether the agent measures the metric ``name``: crane's, or a percentile metric. A syncPolicy name it
-    does not measure is not the agent's to write."""
-    return name in CRANE_METRICS or percentile_metric(name) is not None
+    """Whether the agent measures the metric ``name``: crane's, a percentile or a pressure metric. A
+    syncPolicy name it does not measure is not the agent's to write."""
+    return name in CRANE_METRICS or percentile_metric(name) is not None or pressure_metric(name) is not None
+
+
+def windowed(name: str) -> tuple[str, int] | None:
+    """A crane-style metric's (series, window) as in ``CRANE_METRICS``: crane's six and the pressure
+    metrics; ``None`` for any other name."""
+    known = CRANE_METRICS.get(name)
+    if known is not None:
+        return known
+    wanted = pressure_metric(name)
+    return None if wanted is None else (wanted.series, wanted.window_minutes)
 
 
 class LoadHistory:
@@ -250,6 +278,8 @@ class LoadHistory:
         self.node_cpu = MinuteSeries(WINDOW_MINUTES)
         self.node_memory = MinuteSeries(WINDOW_MINUTES)
         self.pods: dict[str, tuple[MinuteSeries, MinuteSeries]] = {}
+        self.pod_pressure: dict[str, dict[str, MinuteSeries]] = {}
+        """pod uid -> ``POD_PRESSURE`` name -> its shares over the window (pods measured with pressure)."""
         self._pod_seen: dict[str, int] = {}
 
     def add_node(
@@ -263,6 +293,24 @@ class LoadHistory:
         self.ratios["mem"].add(when, mem_ratio)
         self.recent["mem"].add(when, mem_ratio)
         self.node_memory.add(when, float(mem_bytes))
+
+    def add_pressure(self, when: float, shares: dict[str, float]) -> None:
+        """The node's pressure shares of one sample (``PRESSURE_SERIES`` names; others are ignored)."""
+        for name, value in shares.items():
+            if name not in PRESSURE_SERIES:
+                continue
+            if name not in self.ratios:
+                self.ratios[name] = MinuteSeries()
+                self.recent[name] = RecentSamples(RECENT_MINUTES * 60.0)
+            self.ratios[name].add(when, value)
+            self.recent[name].add(when, value)
+
+    def add_pod_pressure(self, when: float, uid: str, shares: dict[str, float]) -> None:
+        """A pod's pressure shares of one sample (``POD_PRESSURE`` names), after its ``add_pod``."""
+        series = self.pod_pressure.setdefault(uid, {})
+        for name, value in shares.items():
+            if name in POD_PRESSURE:
+                series.setdefault(name, MinuteSeries(WINDOW_MINUTES)).add(when, value)
 
     def add_pod(self, when: float, uid: str, cores: float | None, working_set: int | None) -> None:
         series = self.pods.get(uid)
@@ -279,6 +327,7 @@ class LoadHistory:
         for uid in [u for u, m in self._pod_seen.items() if m <= oldest]:
             del self._pod_seen[uid]
             self.pods.pop(uid, None)
+            self.pod_pressure.pop(uid, None)
 
     def values(self, now: float, names: Iterable[str], interval: float) -> dict[str, float]:
         """The named metrics the agent measures (crane's, and the percentile metrics at the sampling
@@ -292,8 +341,8 @@ class LoadHistory:
                 if value is not None:
                     out[name] = min(1.0, max(0.0, value))
                 continue
-            known = CRANE_METRICS.get(name)
-            if known is None:
+            known = windowed(name)
+            if known is None or known[0] not in self.recent:
                 continue
             current = self.recent[known[0]].mean(now, WINDOW_MINUTES * 60.0)
             value = current
@@ -311,6 +360,16 @@ class LoadHistory:
         if cpu is None or memory is None:
             return None
         return cpu, round(memory)
+
+    def pod_pressure_means(self, now: float) -> dict[str, dict[str, float]]:
+        """Pod uid -> its pressure figures' means over the window (``POD_PRESSURE`` names it has)."""
+        out: dict[str, dict[str, float]] = {}
+        for uid, series in self.pod_pressure.items():
+            means = {name: s.avg(now, WINDOW_MINUTES) for name, s in series.items()}
+            kept = {name: min(1.0, max(0.0, v)) for name, v in means.items() if v is not None}
+            if kept:
+                out[uid] = kept
+        return out
 
     def pod_means(self, now: float) -> dict[str, tuple[float, int]]:
         """Pod uid -> mean cores and working-set bytes over the window, for pods with both."""

@@ -9,8 +9,11 @@ bad counter never yields a negative or >1 rate.
 
 Memory: ``1 - MemAvailable / MemTotal`` (crane's rule); used bytes are ``MemTotal - MemAvailable``.
 
-Both files are the host's even inside a container, so no host mount is needed. Parsing is pure
-(``parse_stat``, ``parse_meminfo``); ``ProcReader`` only opens the two files under ``--proc-root``.
+Pressure (PSI): ``pressure/cpu``, ``pressure/memory``, ``pressure/io``, read only when the policy names a
+pressure metric (``ballast.agent.load.pressure`` has the parsing and the rules).
+
+These files are the host's even inside a container, so no host mount is needed. Parsing is pure
+(``parse_stat``, ``parse_meminfo``); ``ProcReader`` only opens the files under ``--proc-root``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from ballast.agent.load.pressure import PressureTotals, parse_pressure
 
 __all__ = [
     "CPUTimes",
@@ -135,3 +140,9 @@ class ProcReader:
     def meminfo(self) -> MemInfo:
         path = self.root / "meminfo"
         return parse_meminfo(path.read_text(), str(path))
+
+    def pressure(self, resource: str) -> PressureTotals:
+        """``pressure/<resource>``'s totals; ``OSError`` when the kernel has no PSI (no file, or
+        ``EOPNOTSUPP`` with ``psi=0``), ``PressureError`` when it holds something else."""
+        path = self.root / "pressure" / resource
+        return parse_pressure(path.read_text(), str(path))

@@ -12,7 +12,9 @@
 - **the NodeLoad** (``ballast.contract.nodeload``): created once when missing (owned by the Node), then only
 its
   status is written, at most once per ``--load-report-interval``: the node's and each pod's mean usage
-  over the 5-minute window, for the pods bound to this node that have both figures.
+  over the 5-minute window, for the pods bound to this node that have both figures; when the policy
+  names a pressure metric, each pod's pressure (``cpu``/``memory``/``io`` ``some`` shares, cgroup v2) and
+  the share of the window its CPU limit held it (``throttled``).
 
 When pods are bound to the node but none of their cgroups can be found for ``BLIND_SAMPLES`` samples in a
 row, the NodeLoad would list no pod and say nothing: the reporter asks the kubelet's cgroup layout again
@@ -40,7 +42,7 @@ from ballast.agent.load.history import CRANE_METRICS, WINDOW_MINUTES, LoadHistor
 from ballast.agent.load.metrics import LoadMetrics
 from ballast.agent.load.pods import NodePods
 from ballast.agent.load.sampler import KernelReading, Sampler
-from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load
+from ballast.contract.annotations import HOT_VALUE_KEY, format_hot_value, format_load, pressure_metric
 from ballast.contract.nodeload import NODELOAD_PATH, NodeLoadStatus, PodUsage, new_object, render_status
 from ballast.kube.client import ApiError, Kube, path_for
 from ballast.model.hot_value import hot_value_of
@@ -126,7 +128,8 @@ class LoadReporter:
         result = TickResult()
         started = time.perf_counter()
         try:
-            sample = self.sampler.sample(self.pods.refs())
+            pressure = any(pressure_metric(m) is not None for m in self.policy().sync_periods)
+            sample = self.sampler.sample(self.pods.refs(), pressure=pressure)
         except (OSError, ValueError) as e:
             self.metrics.samples.labels("error").inc()
             self._error("sample", f"reading the node's load failed: {e}", result)
@@ -139,8 +142,14 @@ class LoadReporter:
         self._check_pod_cgroups(sample)
         h = self.history
         h.add_node(sample.when, sample.cpu_ratio, sample.cpu_cores, sample.mem_ratio, sample.mem_bytes)
+        h.add_pressure(sample.when, sample.pressure)
         for uid, pod in sample.pods.items():
             h.add_pod(sample.when, uid, pod.cores, pod.working_set)
+            if pod.pressure or pod.throttled is not None:
+                shares = dict(pod.pressure)
+                if pod.throttled is not None:
+                    shares["throttled"] = pod.throttled
+                h.add_pod_pressure(sample.when, uid, shares)
         h.expire(sample.when)
         result.sampled = True
         now = sample.when
@@ -284,12 +293,21 @@ class LoadReporter:
         if node is None:
             return None
         refs = {r.uid: r for r in self.pods.refs()}
+        pressure = self.history.pod_pressure_means(now)
         pods = tuple(
-            PodUsage(ref.namespace, ref.name, uid, cpu, _mib(memory))
+            PodUsage(
+                ref.namespace,
+                ref.name,
+                uid,
+                cpu,
+                _mib(memory),
+                {k: v for k, v in pressure.get(uid, {}).items() if k != "throttled"},
+                pressure.get(uid, {}).get("throttled"),
+            )
             for uid, (cpu, memory) in sorted(self.history.pod_means(now).items())
             if (ref := refs.get(uid)) is not None
         )
-        # crane's six whatever the policy syncs, and the percentiles it names
+        # crane's six whatever the policy syncs, and the percentile and pressure metrics it names
         measured = [
             *CRANE_METRICS,
             *(m for m in self.policy().sync_periods if m not in CRANE_METRICS and measures(m)),

@@ -5,19 +5,35 @@ figure (memory is an instant value and is always there). Pod CPU is Δ(cgroup na
 time between that pod's two reads), in cores; the node's is crane's utilisation times the CPUs that
 ``/proc/stat`` lists. A pod whose cgroup is not there (not created yet, already gone) is skipped and
 seeds again when it appears.
+
+Pressure, when asked for (``sample(pressure=True)``: the policy names a pressure metric): the node's
+shares of the interval stalled (``cpu_pressure_some`` without the pods held at their own CPU limits,
+``memory_pressure_some``/``_full``, ``io_pressure_some``/``_full``), each pod's ``some`` shares and the
+share of the interval its limit held it (``ballast.agent.load.pressure``). A kernel without PSI gives no
+pressure figures and is said once in the log; everything else is measured as before.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ballast.agent.load.cgroups import PodCgroups
+from ballast.agent.load.pressure import (
+    PRESSURE_RESOURCES,
+    PressureError,
+    PressureTotals,
+    cpu_contention,
+    share,
+)
 from ballast.agent.load.procfs import CPUTimes, ProcReader, cpu_utilisation
 from ballast.contract.pod import QOSClass
 
 __all__ = ["KernelReading", "PodReading", "PodRef", "Sampler"]
+
+log = logging.getLogger("ballast.agent.load")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +46,7 @@ class PodRef:
     qos: QOSClass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PodReading:
     """One pod's figures in a ``KernelReading``."""
 
@@ -38,6 +54,11 @@ class PodReading:
     """``None`` on the pod's first read (a rate needs two)."""
     working_set: int | None
     """``None`` when the pod cgroup has no memory files."""
+    pressure: dict[str, float] = field(default_factory=dict)
+    """``cpu``/``memory``/``io`` -> the share of the interval some of its tasks stalled (pressure asked
+    for, its cgroup in a unified tree, and a previous read)."""
+    throttled: float | None = None
+    """The share of the interval its CPU limit held it (throttled CPU time over wall time, at most 1)."""
 
 
 @dataclass
@@ -54,6 +75,9 @@ class KernelReading:
     pods: dict[str, PodReading] = field(default_factory=dict)
     skipped: int = 0
     """Pods whose cgroup could not be read in this sample."""
+    pressure: dict[str, float] = field(default_factory=dict)
+    """``cpu_pressure_some`` (pods' own throttling taken out), ``memory_pressure_some`` and the like ->
+    the node's share of the interval stalled; empty unless asked for, and without PSI."""
 
 
 class Sampler:
@@ -74,10 +98,18 @@ class Sampler:
         self._cpu: CPUTimes | None = None
         self._pods: dict[str, tuple[int, int]] = {}
         """pod uid -> (monotonic ns of the read, cgroup CPU ns)."""
+        self._psi: tuple[int, dict[str, int]] | None = None
+        """The node's last pressure read: (monotonic ns, series -> total µs)."""
+        self._pod_psi: dict[str, tuple[int, int | None, dict[str, int]]] = {}
+        """pod uid -> (monotonic ns, throttled µs, resource -> some µs) of its last pressure read."""
+        self.psi_unavailable: str | None = None
+        """Why the node's PSI could not be read, once it could not (said once in the log)."""
 
-    def sample(self, pods: Iterable[PodRef]) -> KernelReading:
+    def sample(self, pods: Iterable[PodRef], *, pressure: bool = False) -> KernelReading:
         """Read everything once; ``ProcError``/``OSError`` from ``/proc`` propagate (the node's own
-        figures are not optional), pod cgroups never raise."""
+        figures are not optional), pod cgroups and pressure files never raise."""
+        pods = list(pods)
+        node_psi = self._node_pressure() if pressure else None
         times = self.proc.cpu_times()
         memory = self.proc.meminfo()
         when = self._clock()
@@ -90,7 +122,9 @@ class Sampler:
             memory.utilisation,
             memory.used,
         )
+        throttled_total = 0.0
         if self.cgroups is None:
+            self._finish_pressure(sample, node_psi, throttled_total, times.cpus)
             return sample
         seen: set[str] = set()
         for pod in pods:
@@ -106,8 +140,81 @@ class Sampler:
             cores = None
             if before is not None and now > before[0] and counters.cpu_ns >= before[1]:
                 cores = (counters.cpu_ns - before[1]) / (now - before[0])
-            sample.pods[pod.uid] = PodReading(cores, counters.working_set)
+            reading = PodReading(cores, counters.working_set)
+            if pressure:
+                throttled_total += self._pod_pressure(pod, reading)
+            sample.pods[pod.uid] = reading
         for uid in [u for u in self._pods if u not in seen]:
             del self._pods[uid]
+        for uid in [u for u in self._pod_psi if u not in seen or not pressure]:
+            del self._pod_psi[uid]
         self.cgroups.forget(seen)
+        self._finish_pressure(sample, node_psi, throttled_total, times.cpus)
         return sample
+
+    # --- pressure -----------------------------------------------------------------------------------
+
+    def _node_pressure(self) -> tuple[int, dict[str, int]] | None:
+        """The node's PSI totals now, ``None`` (said once) when the kernel has none."""
+        totals: dict[str, int] = {}
+        try:
+            for resource in PRESSURE_RESOURCES:
+                read: PressureTotals = self.proc.pressure(resource)
+                totals[f"{resource}_pressure_some"] = read.some
+                if read.full is not None and resource != "cpu":
+                    totals[f"{resource}_pressure_full"] = read.full
+        except (OSError, PressureError) as e:
+            if self.psi_unavailable is None:
+                log.warning(
+                    "pressure metrics are not measured: the kernel's PSI cannot be read (%s; a kernel "
+                    "built with CONFIG_PSI needs psi=1 on its command line when it is off by default)",
+                    e,
+                )
+            self.psi_unavailable = str(e)
+            self._psi = None
+            return None
+        if self.psi_unavailable is not None:
+            log.info("the kernel's PSI can be read again: pressure metrics are measured")
+            self.psi_unavailable = None
+        return self._monotonic(), totals
+
+    def _pod_pressure(self, pod: PodRef, reading: PodReading) -> float:
+        """Fill the pod's pressure shares and its throttled share; its throttled CPU time over the
+        interval's wall time (not capped: the node's rule sums CPU time), 0 on a first read."""
+        assert self.cgroups is not None
+        counters = self.cgroups.read_pressure(pod.uid, pod.qos)
+        now = self._monotonic()
+        if counters is None:
+            self._pod_psi.pop(pod.uid, None)
+            return 0.0
+        before = self._pod_psi.get(pod.uid)
+        self._pod_psi[pod.uid] = (now, counters.throttled_us, counters.some_us)
+        if before is None:
+            return 0.0
+        wall_us = (now - before[0]) / 1000
+        for resource, total in counters.some_us.items():
+            if resource in before[2] and (value := share(before[2][resource], total, wall_us)) is not None:
+                reading.pressure[resource] = value
+        if counters.throttled_us is None or before[1] is None or counters.throttled_us < before[1]:
+            return 0.0
+        throttled = (counters.throttled_us - before[1]) / wall_us if wall_us > 0 else 0.0
+        reading.throttled = min(1.0, throttled)
+        return throttled
+
+    def _finish_pressure(
+        self, sample: KernelReading, node_psi: tuple[int, dict[str, int]] | None, throttled: float, cpus: int
+    ) -> None:
+        """The node's shares against its previous read, the pods' throttling out of its CPU pressure."""
+        if node_psi is None:
+            return
+        before, self._psi = self._psi, node_psi
+        if before is None:
+            return
+        wall_us = (node_psi[0] - before[0]) / 1000
+        for series, total in node_psi[1].items():
+            if series in before[1] and (value := share(before[1][series], total, wall_us)) is not None:
+                sample.pressure[series] = value
+        if "cpu_pressure_some" in sample.pressure:
+            sample.pressure["cpu_pressure_some"] = cpu_contention(
+                sample.pressure["cpu_pressure_some"], throttled, sample.cpu_cores, cpus
+            )

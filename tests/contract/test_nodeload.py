@@ -88,6 +88,41 @@ def test_the_crd_schema_admits_what_the_agent_renders() -> None:
     assert set(render_status(STATUS)["node"]) <= set(node["properties"])
 
 
+PRESSED = PodUsage("shop", "batch-1", "7a1d", 0.5, 64 * 2**20, {"cpu": 0.46, "memory": 0.0, "io": 0.01}, 0.5)
+
+
+def test_a_pods_pressure_and_throttling_render_and_parse_back() -> None:
+    status = NodeLoadStatus(1_764_100_800.0, 300.0, 1.0, 2**30, (*STATUS.pods, PRESSED))
+    rendered = render_status(status)
+    assert rendered["pods"][0].keys() == {"namespace", "name", "uid", "cpu", "memory"}  # not measured: absent
+    assert rendered["pods"][1]["pressure"] == {"cpu": 0.46, "io": 0.01, "memory": 0.0}
+    assert rendered["pods"][1]["throttled"] == 0.5
+    assert parse_status({"status": rendered}) == status
+
+
+def test_a_bad_pressure_entry_is_dropped_and_the_rest_of_the_pod_kept() -> None:
+    status = NodeLoadStatus(1_764_100_800.0, 300.0, 1.0, 2**30, (PRESSED,))
+    rendered = render_status(status)
+    rendered["pods"][0]["pressure"].update({"cpu": 1.5, "gpu": 0.1, "io": "0.01"})
+    rendered["pods"][0]["throttled"] = True
+    (pod,) = parse_status({"status": rendered}).pods  # type: ignore[union-attr]
+    assert (pod.name, pod.cpu, dict(pod.pressure), pod.throttled) == ("batch-1", 0.5, {"memory": 0.0}, None)
+    rendered["pods"][0]["pressure"] = ["not", "an", "object"]
+    (pod,) = parse_status({"status": rendered}).pods  # type: ignore[union-attr]
+    assert dict(pod.pressure) == {} and pod.memory == 64 * 2**20
+
+
+def test_the_crd_schema_admits_a_pods_pressure_and_throttling() -> None:
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    pod = status["properties"]["pods"]["items"]["properties"]
+    share = {"type": "number", "minimum": 0, "maximum": 1}
+    assert {k: v for k, v in pod["throttled"].items() if k != "description"} == share
+    assert pod["pressure"]["properties"] == {"cpu": share, "memory": share, "io": share}
+    rendered = render_status(NodeLoadStatus(1_764_100_800.0, 300.0, 1.0, 2**30, (PRESSED,)))
+    assert set(rendered["pods"][0]) <= set(pod)
+
+
 def test_a_bad_node_total_or_time_is_no_information() -> None:
     for key, bad in [
         ("updateTime", "yesterday"),

@@ -24,7 +24,12 @@ import pytest
 import yaml
 
 from ballast.agent.load.history import CRANE_METRICS
-from ballast.contract.annotations import CRANE_LOAD_METRICS, HOT_VALUE_KEY, PERCENTILE_METRIC_PATTERN
+from ballast.contract.annotations import (
+    CRANE_LOAD_METRICS,
+    HOT_VALUE_KEY,
+    PERCENTILE_METRIC_PATTERN,
+    PRESSURE_METRIC_PATTERN,
+)
 from ballast.contract.nodeload import NODELOAD_PATH, new_object
 from ballast.kube.client import MERGE_PATCH, ApiError, Kube, load_api_client
 from ballast.model.load_source import LOAD_ANNOTATION_KEYS, LOAD_SOURCE_KEY, agent_source
@@ -68,6 +73,8 @@ def test_the_policy_admits_exactly_the_keys_the_code_writes() -> None:
     assert sorted(json.loads(allowed.replace("'", '"'))) == sorted(LOAD_ANNOTATION_KEYS)
     percentiles = next(v["expression"] for v in vap["spec"]["variables"] if v["name"] == "percentiles")
     assert percentiles == f"'{PERCENTILE_METRIC_PATTERN}'"
+    pressure = next(v["expression"] for v in vap["spec"]["variables"] if v["name"] == "pressure")
+    assert pressure == f"'{PRESSURE_METRIC_PATTERN}'"
     # ... and those are what the agent's code can write: its metrics, the hot value and its stamp
     assert set(LOAD_ANNOTATION_KEYS) == {*CRANE_METRICS, HOT_VALUE_KEY, LOAD_SOURCE_KEY}
     username = vap["spec"]["matchConditions"][0]["expression"]
@@ -223,6 +230,13 @@ def test_the_agent_writes_only_its_own_node(agent_on_a: tuple[Kube, Kube]) -> No
     for percentile in ("cpu_usage_p95_5m", "mem_usage_p50_30m", "cpu_usage_p99_10m"):  # by their pattern
         assert _try(lambda k=percentile: agent.merge_patch("/api/v1/nodes/node-a", {"metadata": {
             "annotations": {k: f"0.91000,{STAMP}"}}})) == ""  # fmt: skip
+    for pressure in (
+        "cpu_pressure_some_avg_5m",
+        "memory_pressure_full_max_avg_1h",
+        "io_pressure_some_max_avg_1d",
+    ):
+        assert _try(lambda k=pressure: agent.merge_patch("/api/v1/nodes/node-a", {"metadata": {
+            "annotations": {k: f"0.05000,{STAMP}"}}})) == ""  # fmt: skip
     # everything else is refused, each by the policy
     admin.create(NODELOAD_PATH, new_object("node-b", None))
 
@@ -240,6 +254,10 @@ def test_the_agent_writes_only_its_own_node(agent_on_a: tuple[Kube, Kube]) -> No
         ("another annotation on A", on_a({"metadata": {"annotations": {"other": "1"}}})),
         ("a p49 on A", on_a({"metadata": {"annotations": {"cpu_usage_p49_5m": f"0.1,{STAMP}"}}})),
         ("a 15-minute p95 on A", on_a({"metadata": {"annotations": {"cpu_usage_p95_15m": f"0.1,{STAMP}"}}})),
+        ("cpu full pressure on A",
+         on_a({"metadata": {"annotations": {"cpu_pressure_full_avg_5m": f"0.1,{STAMP}"}}})),
+        ("a 10-minute pressure on A",
+         on_a({"metadata": {"annotations": {"io_pressure_full_avg_10m": f"0.1,{STAMP}"}}})),
         ("removing A's annotation", on_a({"metadata": {"annotations": {"team": None}}})),
         ("a finalizer on A", on_a({"metadata": {"finalizers": ["example.com/hold"]}})),
     ):  # fmt: skip

@@ -92,3 +92,13 @@ def test_the_peak_aware_policy_is_the_shipped_policy_plus_a_peak_and_a_pressure_
     policy = load_policy(EXAMPLES / "peak-aware-policy.yaml")
     assert policy.resource_of("cpu_usage_p95_5m") == "cpu"
     assert policy.resource_of("cpu_pressure_some_avg_5m") is None
+
+
+def test_the_configuration_page_gives_the_peak_aware_policy_as_helm_values() -> None:
+    """The Helm values in docs/configuration.md are the example's spec, so an operator installing with Helm
+    gets the policy the bench measured."""
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", page, re.S)]
+    (values,) = [b for b in blocks if isinstance(b, dict) and set(b) == {"policy"}]
+    peak = yaml.safe_load((EXAMPLES / "peak-aware-policy.yaml").read_text())["spec"]
+    assert values["policy"] == peak

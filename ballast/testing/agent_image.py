@@ -69,7 +69,9 @@ DPKG_EXCLUDES = (
     "path-exclude=/usr/share/locale/*",
 )
 STDLIB = f"/usr/lib/python{PYTHON_VERSION}"
-SYSTEM_SITE = "/usr/lib/python3/dist-packages"
+SYSTEM_PYTHON = ("/usr/lib/python3/dist-packages", "/usr/share/python3")
+"""Debian's other Python files (its python3 helpers): compiled like the standard library, so that every
+``.pyc`` in the image is hash-based."""
 COMPILE_EXCLUDE = r"/(idlelib|lib2to3|tkinter|turtledemo|ensurepip|pydoc_data)/"
 """The Dockerfile's ``compileall -x``: parts of the standard library nothing runs (left without bytecode)."""
 
@@ -311,7 +313,9 @@ def _run(
 def _clean_env(**extra: str) -> dict[str, str]:
     """The environment for programs run in the image's root: nothing of the caller's Python or pip."""
     keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TERM")}
-    return {"PATH": DEBIAN_PATH, "HOME": "/root", **keep, **extra}
+    # PYTHONDONTWRITEBYTECODE as in the Dockerfile's build stage: only compileall writes bytecode (a module
+    # pip happens to import would otherwise get a timestamp-based .pyc that compileall then keeps)
+    return {"PATH": DEBIAN_PATH, "HOME": "/root", "PYTHONDONTWRITEBYTECODE": "1", **keep, **extra}
 
 
 def _pip(python: Path | str, command: str) -> list[str]:
@@ -367,7 +371,7 @@ def _base_rootfs(cache: Path, log: Log) -> tuple[Path, str]:
         "-x",
         COMPILE_EXCLUDE,
         STDLIB,
-        SYSTEM_SITE,
+        *SYSTEM_PYTHON,
     ]
     stamp = json.dumps(
         {

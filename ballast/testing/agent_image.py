@@ -236,13 +236,20 @@ SOURCE_FILES = ("pyproject.toml", "setup.py", "README.md")
 SOURCE_DIRS = ("ballast",)
 
 
+NOT_IN_THE_WHEEL = ("ballast/testing",)
+"""Source folders pyproject.toml keeps out of the wheel: a change there changes nothing in the image."""
+
+
 def _source_files(root: Path) -> list[Path]:
     """What the Dockerfile copies to build the wheel (``COPY pyproject.toml setup.py README.md``,
-    ``COPY ballast``), minus bytecode."""
+    ``COPY ballast``), minus bytecode and the folders the wheel leaves out."""
     files = [root / name for name in SOURCE_FILES]
     for d in SOURCE_DIRS:
         for dirpath, dirnames, filenames in os.walk(root / d):
-            dirnames[:] = sorted(n for n in dirnames if n != "__pycache__")
+            here = Path(dirpath).relative_to(root).as_posix()
+            dirnames[:] = sorted(
+                n for n in dirnames if n != "__pycache__" and f"{here}/{n}" not in NOT_IN_THE_WHEEL
+            )
             files.extend(Path(dirpath) / n for n in sorted(filenames) if not n.endswith((".pyc", ".pyo")))
     return files
 

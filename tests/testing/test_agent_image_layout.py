@@ -120,8 +120,10 @@ def test_the_inputs_digest_follows_the_sources_and_not_their_bytecode(tmp_path: 
     (tmp_path / "scheduler_config" / "policy.yaml").write_text("policy")
     (tmp_path / "ballast" / "__pycache__").mkdir(parents=True)
     (tmp_path / "ballast" / "cli.py").write_text("print()")
+    (tmp_path / "ballast" / "testing").mkdir()
     first = agent_image.inputs_digest(tmp_path, REF, "libc6 2.36")
     (tmp_path / "ballast" / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "ballast" / "testing" / "harness.py").write_text("not in the wheel")
     assert agent_image.inputs_digest(tmp_path, REF, "libc6 2.36") == first
     assert agent_image.inputs_digest(tmp_path, REF, "libc6 2.37") != first
     for path in ("ballast/cli.py", "requirements.lock", "Dockerfile", "scheduler_config/policy.yaml"):

@@ -11,8 +11,8 @@
    been measured with it (``classify.Tracker.settling``). A pick must pass the limits (``limits``) and fit
    on a cool node (``fit``), tried coolest first; the node it fits on is reserved for the rest of the
    cycle, so ten victims never all count on the same room. When a node's allocatable for a hot metric's
-   resource cannot be read, no relief can be projected: it gives one victim a cycle, and the next
-   measurement says whether another is needed.
+   resource cannot be read, or the metric measures no resource (a pressure metric), no relief can be
+   projected: it gives one victim a cycle, and the next measurement says whether another is needed.
 
 The plan lists every eviction with its target and the message its Event carries, and per node what was
 decided about each candidate and why: the ``/rebalance`` view and ``--once --json`` show it as it is.
@@ -341,11 +341,20 @@ def plan_cycle(
             node.candidates.append(choice)
             plan.evictions.append(choice)
             if unreadable:
-                node.status = (
-                    f"acting: one victim a cycle (allocatable for {', '.join(unreadable)} cannot be read, so "
-                    "its relief cannot be projected)"
-                )
+                node.status = f"acting: one victim a cycle ({_unprojected(unreadable, thresholds)})"
                 break
         if node.status == "acting" and excess(projected, reading.hot):
             node.status = "acting: still above high after every candidate that could go"
     return plan
+
+
+def _unprojected(metrics: list[str], thresholds: Mapping[str, Any]) -> str:
+    """Why the relief of ``metrics`` cannot be projected, for the node's status."""
+    signals = [m for m in metrics if thresholds[m].resource is None]
+    unread = [m for m in metrics if m not in signals]
+    why = []
+    if unread:
+        why.append(f"allocatable for {', '.join(unread)} cannot be read, so its relief cannot be projected")
+    if signals:
+        why.append(f"{', '.join(signals)} measures no resource: no pod's share of it can be projected")
+    return "; ".join(why)

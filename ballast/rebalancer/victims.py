@@ -111,15 +111,17 @@ def split(
 
 
 def relief(usage: Usage, load: NodeState, threshold: Threshold) -> float | None:
-    """How much ``usage`` takes off ``threshold``'s metric on this node, as a ratio; ``None`` when the
-    node's allocatable for the metric's resource cannot be read (the relief cannot be projected), 0 when
-    the metric has no resource."""
+    """How much ``usage`` takes off ``threshold``'s metric on this node, as a ratio; ``None`` when it
+    cannot be projected: the node's allocatable for the metric's resource cannot be read, or the metric
+    measures no resource (a pressure metric: a stall share, not usage; moving a pod away takes off an
+    amount no figure of the pod says). The plan then moves one victim a cycle and lets the next
+    measurement say whether another is needed."""
     if threshold.resource == "cpu":
         alloc = load.allocatable_cpu_milli
     elif threshold.resource == "memory":
         alloc = load.allocatable_memory_bytes
     else:
-        return 0.0
+        return None
     if not alloc:
         return None
     return usage.amount(threshold.resource) / alloc

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from ballast.contract.annotations import is_pressure_metric, pressure_metric
 from ballast.model.policy import load_policy
 from ballast.testing.parts import POLICY_FILE, ROOT
 from ballast.testing.prometheus import require_promtool
@@ -198,11 +199,84 @@ tests:
 """
 
 
+# The pressure rules over node-exporter's pressure counters (seconds stalled, cumulative), sampled every 15s.
+# CPU waiting grows 6s per 15s (40 % of the time) up to 10m, then 0.75s per 15s (5 %). At 20m the 5-minute
+# rate holds only the second slope: 5; the hour's maximum holds the 5-minute rates recorded every minute
+# while the window was all first slope (5m..10m): 40. Memory: some 3s, full 1.5s per 15s (20, 10) all
+# along; IO: some 0.375s per 15s (2.5), full never (0). (Slopes exact in binary: no rounding to expect.)
+PRESSURE_TESTS = """\
+rule_files:
+  - {rules}
+evaluation_interval: 30s
+group_eval_order:
+  - ballast-node-usage-active
+  - ballast-node-usage-5m
+  - ballast-node-usage-quantiles-5m
+  - ballast-node-pressure-5m
+  - ballast-node-pressure-max
+  - ballast-node-usage-max
+tests:
+  - interval: 15s
+    input_series:
+      - series: 'node_pressure_cpu_waiting_seconds_total{{instance="10.0.0.1:9100", job="node"}}'
+        values: '0+6x40 240.75+0.75x39'
+      - series: 'node_pressure_memory_waiting_seconds_total{{instance="10.0.0.1:9100", job="node"}}'
+        values: '0+3x80'
+      - series: 'node_pressure_memory_stalled_seconds_total{{instance="10.0.0.1:9100", job="node"}}'
+        values: '0+1.5x80'
+      - series: 'node_pressure_io_waiting_seconds_total{{instance="10.0.0.1:9100", job="node"}}'
+        values: '0+0.375x80'
+      - series: 'node_pressure_io_stalled_seconds_total{{instance="10.0.0.1:9100", job="node"}}'
+        values: '0+0x80'
+    promql_expr_test:
+      - expr: cpu_pressure_some_avg_5m
+        eval_time: 20m
+        exp_samples:
+          - labels: 'cpu_pressure_some_avg_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 5
+      - expr: cpu_pressure_some_max_avg_1h
+        eval_time: 20m
+        exp_samples:
+          - labels: 'cpu_pressure_some_max_avg_1h{{instance="10.0.0.1:9100", job="node"}}'
+            value: 40
+      - expr: cpu_pressure_some_max_avg_1d
+        eval_time: 20m
+        exp_samples:
+          - labels: 'cpu_pressure_some_max_avg_1d{{instance="10.0.0.1:9100", job="node"}}'
+            value: 40
+      - expr: memory_pressure_some_avg_5m
+        eval_time: 20m
+        exp_samples:
+          - labels: 'memory_pressure_some_avg_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 20
+      - expr: memory_pressure_full_avg_5m
+        eval_time: 20m
+        exp_samples:
+          - labels: 'memory_pressure_full_avg_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 10
+      - expr: memory_pressure_full_max_avg_1h
+        eval_time: 20m
+        exp_samples:
+          - labels: 'memory_pressure_full_max_avg_1h{{instance="10.0.0.1:9100", job="node"}}'
+            value: 10
+      - expr: io_pressure_some_avg_5m
+        eval_time: 20m
+        exp_samples:
+          - labels: 'io_pressure_some_avg_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 2.5
+      - expr: io_pressure_full_avg_5m
+        eval_time: 20m
+        exp_samples:
+          - labels: 'io_pressure_full_avg_5m{{instance="10.0.0.1:9100", job="node"}}'
+            value: 0
+"""
+
+
 def test_promtool_check_rules() -> None:
     promtool = require_promtool()
     out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 16 rules found" in out.stdout
+    assert "SUCCESS: 31 rules found" in out.stdout
 
 
 def test_rules_compute_crane_percentages(tmp_path: Path) -> None:
@@ -221,6 +295,41 @@ def test_quantile_rules_interpolate_over_the_5m_window(tmp_path: Path) -> None:
     out = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
+
+
+def test_pressure_rules_are_shares_of_wall_time_from_the_kernels_totals(tmp_path: Path) -> None:
+    promtool = require_promtool()
+    tests = tmp_path / "pressure_test.yaml"
+    tests.write_text(PRESSURE_TESTS.format(rules=RULES))
+    out = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_pressure_rules_record_every_name_the_agent_measures_and_no_other() -> None:
+    """The Prometheus path records the agent's pressure names (``PRESSURE_METRIC_PATTERN``): all of them,
+    so a policy may name any with either load source, and each 5-minute rule is a rate of one counter."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    recorded = {r["record"]: r["expr"] for g in groups for r in g["rules"]}
+    pressure = {name for name in recorded if is_pressure_metric(name)}
+    assert all(pressure_metric(name) is not None for name in pressure)
+    assert {n for n in pressure if n.endswith("_avg_5m") and "_max_" not in n} == {
+        "cpu_pressure_some_avg_5m", "memory_pressure_some_avg_5m", "memory_pressure_full_avg_5m",
+        "io_pressure_some_avg_5m", "io_pressure_full_avg_5m",
+    }  # fmt: skip
+    assert len(pressure) == 15  # five series, three windows
+    for name in pressure:
+        wanted = pressure_metric(name)
+        assert wanted is not None
+        base = f"{wanted.resource}_pressure_{wanted.kind}_avg_5m"
+        counter = "waiting" if wanted.kind == "some" else "stalled"
+        if name == base:
+            assert (
+                recorded[name] == f"100 * rate(node_pressure_{wanted.resource}_{counter}_seconds_total[5m])"
+            )
+        else:
+            window = "1h" if wanted.window_minutes == 60 else "1d"
+            assert recorded[name] == f"max_over_time({base}[{window}])"
 
 
 def test_quantile_rules_read_what_the_avg_5m_rules_average() -> None:

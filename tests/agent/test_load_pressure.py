@@ -227,3 +227,23 @@ def test_a_pods_pressure_is_a_window_mean_and_goes_with_the_pod() -> None:
     }
     h.expire(t0 + 50 + 6 * 60)
     assert h.pod_pressure_means(t0 + 50 + 6 * 60) == {}
+
+
+def test_pods_without_throttled_time_are_said_once_to_count_in_the_nodes_cpu_pressure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """v2 without ``cpu`` in the parents' ``subtree_control``: ``cpu.stat`` has no ``throttled_usec``."""
+    proc, cg = tmp_path / "proc", tmp_path / "cg"
+    _write(cg, {"cgroup.controllers": "memory\n"})
+    pod_dir = cg.joinpath(*pod_cgroup_parts(UID, QOSClass.BURSTABLE, "cgroupfs"))
+    _write(pod_dir, {"cpu.stat": "usage_usec 0\n", "cpu.pressure": _psi(0)})
+    _proc(proc, busy=0, idle=0, cpu_some=0)
+    ref = PodRef(UID, "ns", "p", QOSClass.BURSTABLE)
+    sampler = Sampler(ProcReader(proc), PodCgroups(cg))
+    caplog.set_level(logging.INFO, "ballast.agent.load")
+    for _ in range(3):
+        sampler.sample([ref], pressure=True)
+    assert caplog.text.count("cannot be told from contention") == 1 and sampler.throttling_unknown
+    _write(pod_dir, {"cpu.stat": "usage_usec 0\nthrottled_usec 0\n"})
+    sampler.sample([ref], pressure=True)
+    assert not sampler.throttling_unknown and "can be read again" in caplog.text

@@ -93,6 +93,7 @@ class Sampler:
     ) -> None:
         self.proc = proc
         self.cgroups = cgroups
+        self._throttle_known = 0
         self._clock = clock
         self._monotonic = monotonic
         self._cpu: CPUTimes | None = None
@@ -104,6 +105,9 @@ class Sampler:
         """pod uid -> (monotonic ns, throttled µs, resource -> some µs) of its last pressure read."""
         self.psi_unavailable: str | None = None
         """Why the node's PSI could not be read, once it could not (said once in the log)."""
+        self.throttling_unknown = False
+        """Pods were measured with pressure but none of their cgroups gave its throttled time: the node's
+        CPU pressure then still holds pods held at their own limits (said once in the log)."""
 
     def sample(self, pods: Iterable[PodRef], *, pressure: bool = False) -> KernelReading:
         """Read everything once; ``ProcError``/``OSError`` from ``/proc`` propagate (the node's own
@@ -123,6 +127,7 @@ class Sampler:
             memory.used,
         )
         throttled_total = 0.0
+        self._throttle_known = 0
         if self.cgroups is None:
             self._finish_pressure(sample, node_psi, throttled_total, times.cpus)
             return sample
@@ -150,7 +155,20 @@ class Sampler:
             del self._pod_psi[uid]
         self.cgroups.forget(seen)
         self._finish_pressure(sample, node_psi, throttled_total, times.cpus)
+        if pressure and sample.pods:
+            self._say_throttling(self._throttle_known == 0)
         return sample
+
+    def _say_throttling(self, unknown: bool) -> None:
+        if unknown and not self.throttling_unknown:
+            log.warning(
+                "cpu_pressure_some: no pod cgroup gives its throttled time (cpu.stat throttled_usec, v1 "
+                "throttled_time), so pods held at their own CPU limits cannot be told from contention and "
+                "still count in the node's CPU pressure"
+            )
+        elif not unknown and self.throttling_unknown:
+            log.info("cpu_pressure_some: the pods' throttled time can be read again")
+        self.throttling_unknown = unknown
 
     # --- pressure -----------------------------------------------------------------------------------
 
@@ -189,6 +207,8 @@ class Sampler:
             return 0.0
         before = self._pod_psi.get(pod.uid)
         self._pod_psi[pod.uid] = (now, counters.throttled_us, counters.some_us)
+        if counters.throttled_us is not None:
+            self._throttle_known += 1
         if before is None:
             return 0.0
         wall_us = (now - before[0]) / 1000

@@ -674,21 +674,42 @@ def _build_image(
     work = cache / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    phases: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        phases[name] = round(now - clock, 1)
+        clock = now
+
     try:
         venv = _build_venv(cache, lock_text, lock, log)
         wheelhouse = _wheelhouse(cache, venv, lock_text, _glibc_minor(packages), log)
+        phase("build tools and wheels")
         wheel = _project_wheel(root, venv, work)
+        phase("project wheel")
         rootfs = work / "rootfs"
         _run(["cp", "-a", "--reflink=auto", str(rootfs_base), str(rootfs)], "copying the Debian root")
         _install_ballast(rootfs, venv, wheelhouse, wheel, lock)
         _add_user_and_policy(rootfs, root / "scheduler_config" / "policy.yaml")
+        phase("virtualenv")
         image_dir.mkdir(parents=True, exist_ok=True)
         layer = oci_archive.write_layer(rootfs, work / "layer.tar.gz")
         config = oci_archive.image_config(layer, LAYOUT.config())
         manifest = oci_archive.write_archive(image_dir / ARCHIVE_NAME, ref, layer, config)
+        phase("layer and archive")
+        log("image: " + ", ".join(f"{k} {v} s" for k, v in phases.items()))
         (image_dir / "image.json").write_text(
             json.dumps(
-                {"inputs": digest, "manifest": manifest, "ref": ref, "layer_bytes": layer.size}, indent=1
+                {
+                    "inputs": digest,
+                    "manifest": manifest,
+                    "ref": ref,
+                    "layer_bytes": layer.size,
+                    "seconds": phases,
+                },
+                indent=1,
             )
         )
         (image_dir / "packages.txt").write_text(packages)

@@ -22,9 +22,10 @@ the QEMU guests' containerd 1.7) is made of:
 
 ``tests/testing/test_agent_image_layout.py`` holds ``LAYOUT`` and the built image equal to the Dockerfile.
 
-Cache: ``$BALLAST_IMAGE_CACHE``, else ``$XDG_CACHE_HOME/ballast/agent-image`` (``~/.cache``). ``build()`` does
-nothing but hash its inputs when the archive there is up to date: the lock, the package's sources
-(``pyproject.toml``, ``setup.py``, ``README.md``, ``ballast/``), the Dockerfile, the policy, the installed
+Cache: ``$BALLAST_IMAGE_CACHE``, else ``$XDG_CACHE_HOME/ballast/agent-image`` (``~/.cache``), with the
+archives of the last ``KEEP_IMAGES`` sets of inputs (``images/<digest>/``). ``build()`` does nothing but hash
+its inputs when the archive for them is there: the lock, the package's sources (``pyproject.toml``,
+``setup.py``, ``README.md``, ``ballast/`` but ``ballast/testing/``), the Dockerfile, the policy, the installed
 Debian package versions and this recipe. Needs root (mmdebstrap's root mode and ``chroot``), mmdebstrap and a
 Debian mirror; PyPI (or the machine's pip index) when the lock changes.
 
@@ -621,14 +622,18 @@ def build(dest: Path | None = None, *, root: Path = ROOT, ref: str = REF, log: L
     with _locked(cache):
         rootfs_base, packages = _base_rootfs(cache, log)
         digest = inputs_digest(root, ref, packages)
-        image_dir = cache / "image"
+        # one folder per set of inputs: checkouts sharing the cache (two branches, two sessions) do not
+        # replace each other's archive while the other still reads it
+        image_dir = cache / "images" / digest[:24]
         archive = image_dir / ARCHIVE_NAME
         meta = _read(image_dir / "image.json")
         rebuilt = not (archive.is_file() and meta and json.loads(meta).get("inputs") == digest)
         if rebuilt:
             manifest_digest = _build_image(cache, rootfs_base, packages, root, ref, image_dir, digest, log)
+            _prune(cache / "images", keep=KEEP_IMAGES)
         else:
             manifest_digest = json.loads(meta or "{}")["manifest"]
+            os.utime(image_dir)  # recently used: pruned last
         if dest is not None:
             dest = Path(dest)
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -640,6 +645,18 @@ def build(dest: Path | None = None, *, root: Path = ROOT, ref: str = REF, log: L
     if rebuilt:
         log(f"image: {ref} built in {seconds:.1f} s ({archive})")
     return BuiltImage(archive, ref, manifest_digest, rebuilt, seconds)
+
+
+KEEP_IMAGES = 3
+"""Archives kept in the cache (the most recently built or used)."""
+
+
+def _prune(images: Path, keep: int) -> None:
+    folders = sorted(
+        (p for p in images.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    for old in folders[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _build_image(
@@ -657,21 +674,42 @@ def _build_image(
     work = cache / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    phases: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        phases[name] = round(now - clock, 1)
+        clock = now
+
     try:
         venv = _build_venv(cache, lock_text, lock, log)
         wheelhouse = _wheelhouse(cache, venv, lock_text, _glibc_minor(packages), log)
+        phase("build tools and wheels")
         wheel = _project_wheel(root, venv, work)
+        phase("project wheel")
         rootfs = work / "rootfs"
         _run(["cp", "-a", "--reflink=auto", str(rootfs_base), str(rootfs)], "copying the Debian root")
         _install_ballast(rootfs, venv, wheelhouse, wheel, lock)
         _add_user_and_policy(rootfs, root / "scheduler_config" / "policy.yaml")
+        phase("virtualenv")
         image_dir.mkdir(parents=True, exist_ok=True)
         layer = oci_archive.write_layer(rootfs, work / "layer.tar.gz")
         config = oci_archive.image_config(layer, LAYOUT.config())
         manifest = oci_archive.write_archive(image_dir / ARCHIVE_NAME, ref, layer, config)
+        phase("layer and archive")
+        log("image: " + ", ".join(f"{k} {v} s" for k, v in phases.items()))
         (image_dir / "image.json").write_text(
             json.dumps(
-                {"inputs": digest, "manifest": manifest, "ref": ref, "layer_bytes": layer.size}, indent=1
+                {
+                    "inputs": digest,
+                    "manifest": manifest,
+                    "ref": ref,
+                    "layer_bytes": layer.size,
+                    "seconds": phases,
+                },
+                indent=1,
             )
         )
         (image_dir / "packages.txt").write_text(packages)

@@ -1,5 +1,5 @@
 """The image built here from Debian 12 packages (``ballast.testing.agent_image``), once per test session:
-from the user's cache when it is up to date, else built (about 90 s cold, about 30 s when only Ballast's
+from the user's cache when it is up to date, else built (90 to 120 s cold, 30 to 75 s when only Ballast's
 sources changed)."""
 
 from __future__ import annotations

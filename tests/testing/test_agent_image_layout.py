@@ -266,3 +266,12 @@ def test_a_second_build_with_the_same_inputs_does_nothing(built_image: agent_ima
     assert again.seconds < 5
     meta = json.loads((again.archive.parent / "image.json").read_text())
     assert meta["manifest"] == built_image.digest
+
+
+def test_the_cache_keeps_the_most_recent_archives(tmp_path: Path) -> None:
+    for i in range(5):
+        (tmp_path / f"inputs-{i}").mkdir()
+        os.utime(tmp_path / f"inputs-{i}", (1000 + i, 1000 + i))
+    os.utime(tmp_path / "inputs-0", (2000, 2000))  # used again lately
+    agent_image._prune(tmp_path, keep=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inputs-0", "inputs-3", "inputs-4"]

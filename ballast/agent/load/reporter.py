@@ -118,6 +118,8 @@ class LoadReporter:
         self._conflict_logged: str | None = None
         self._last_error: dict[str, str] = {}
         self.layout = layout
+        self._pressure_ticks: int | None = None
+        """Ticks since pressure was last read (1: this one), ``None`` while the policy names none."""
         self._blind = 0
         """Samples in a row with pods bound to the node and none of their cgroups found."""
         self._said_blind = False
@@ -128,7 +130,7 @@ class LoadReporter:
         result = TickResult()
         started = time.perf_counter()
         try:
-            pressure = any(pressure_metric(m) is not None for m in self.policy().sync_periods)
+            pressure = self._pressure_due()
             sample = self.sampler.sample(self.pods.refs(), pressure=pressure)
         except (OSError, ValueError) as e:
             self.metrics.samples.labels("error").inc()
@@ -165,6 +167,19 @@ class LoadReporter:
         ):
             self._save(now, result)
         return result
+
+    def _pressure_due(self) -> bool:
+        """Pressure is read when the policy names a pressure metric, every report interval's worth of
+        samples (the first tick, then every sixth at 10 s and 1 m): its counters are cumulative, so one
+        share over the interval is what six over its samples would average to, and each pod costs four
+        more files."""
+        if not any(pressure_metric(m) is not None for m in self.policy().sync_periods):
+            self._pressure_ticks = None
+            return False
+        every = max(1, round(self.report_interval / self.sample_interval))
+        ticks = self._pressure_ticks
+        self._pressure_ticks = 1 if ticks is None or ticks >= every else ticks + 1
+        return self._pressure_ticks == 1
 
     def _check_pod_cgroups(self, sample: KernelReading) -> None:
         """Notice pods bound here whose cgroups are nowhere to be found (module docstring)."""

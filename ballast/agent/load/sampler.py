@@ -6,8 +6,10 @@ time between that pod's two reads), in cores; the node's is crane's utilisation 
 ``/proc/stat`` lists. A pod whose cgroup is not there (not created yet, already gone) is skipped and
 seeds again when it appears.
 
-Pressure, when asked for (``sample(pressure=True)``: the policy names a pressure metric): the node's
-shares of the interval stalled (``cpu_pressure_some`` without the pods held at their own CPU limits,
+Pressure, when asked for (``sample(pressure=True)``: the policy names a pressure metric; the reporter asks
+once per report interval, since the counters are cumulative and a share over a minute is as exact as six
+over ten seconds, at a sixth of the file reads): the node's shares of the interval since the last
+pressure read stalled (``cpu_pressure_some`` without the pods held at their own CPU limits,
 ``memory_pressure_some``/``_full``, ``io_pressure_some``/``_full``), each pod's ``some`` shares and the
 share of the interval its limit held it (``ballast.agent.load.pressure``). A kernel without PSI gives no
 pressure figures and is said once in the log; everything else is measured as before.
@@ -101,6 +103,8 @@ class Sampler:
         """pod uid -> (monotonic ns of the read, cgroup CPU ns)."""
         self._psi: tuple[int, dict[str, int]] | None = None
         """The node's last pressure read: (monotonic ns, series -> total µs)."""
+        self._psi_cpu: CPUTimes | None = None
+        """``/proc/stat`` at the node's last pressure read: its busy cores over the same interval."""
         self._pod_psi: dict[str, tuple[int, int | None, dict[str, int]]] = {}
         """pod uid -> (monotonic ns, throttled µs, resource -> some µs) of its last pressure read."""
         self.psi_unavailable: str | None = None
@@ -129,7 +133,7 @@ class Sampler:
         throttled_total = 0.0
         self._throttle_known = 0
         if self.cgroups is None:
-            self._finish_pressure(sample, node_psi, throttled_total, times.cpus)
+            self._finish_pressure(sample, node_psi, throttled_total, times)
             return sample
         seen: set[str] = set()
         for pod in pods:
@@ -151,10 +155,10 @@ class Sampler:
             sample.pods[pod.uid] = reading
         for uid in [u for u in self._pods if u not in seen]:
             del self._pods[uid]
-        for uid in [u for u in self._pod_psi if u not in seen or not pressure]:
+        for uid in [u for u in self._pod_psi if u not in seen]:
             del self._pod_psi[uid]
         self.cgroups.forget(seen)
-        self._finish_pressure(sample, node_psi, throttled_total, times.cpus)
+        self._finish_pressure(sample, node_psi, throttled_total, times)
         if pressure and sample.pods:
             self._say_throttling(self._throttle_known == 0)
         return sample
@@ -222,19 +226,27 @@ class Sampler:
         return throttled
 
     def _finish_pressure(
-        self, sample: KernelReading, node_psi: tuple[int, dict[str, int]] | None, throttled: float, cpus: int
+        self,
+        sample: KernelReading,
+        node_psi: tuple[int, dict[str, int]] | None,
+        throttled: float,
+        times: CPUTimes,
     ) -> None:
-        """The node's shares against its previous read, the pods' throttling out of its CPU pressure."""
+        """The node's shares against its previous pressure read (the interval since: pressure may be read
+        less often than the rest), the pods' throttling out of its CPU pressure."""
         if node_psi is None:
             return
         before, self._psi = self._psi, node_psi
+        cpu_before, self._psi_cpu = self._psi_cpu, times
         if before is None:
             return
+        ratio = cpu_utilisation(cpu_before, times) if cpu_before is not None else None
+        busy = ratio * times.cpus if ratio is not None else None
         wall_us = (node_psi[0] - before[0]) / 1000
         for series, total in node_psi[1].items():
             if series in before[1] and (value := share(before[1][series], total, wall_us)) is not None:
                 sample.pressure[series] = value
         if "cpu_pressure_some" in sample.pressure:
             sample.pressure["cpu_pressure_some"] = cpu_contention(
-                sample.pressure["cpu_pressure_some"], throttled, sample.cpu_cores, cpus
+                sample.pressure["cpu_pressure_some"], throttled, busy, times.cpus
             )

@@ -321,6 +321,15 @@ class Guest:
         left = max(timeout - (time.monotonic() - started), 10)
         wait_until(lambda: self.node_ready(boot), None, f"node {self.name} Ready", left)
 
+    def ensure_image(self, archive: Path, ref: str, digest: str, timeout: float = 600) -> bool:
+        """Import ``archive`` unless the guest's containerd has ``ref`` with that manifest ``digest`` already
+        (an image stays across reboots); True when it imported."""
+        listed = self.ssh(f"ctr -n k8s.io images ls name=={shlex.quote(ref)}", check=False)
+        if digest in listed:
+            return False
+        self.import_image(archive, timeout)
+        return True
+
     def import_image(self, archive: Path, timeout: float = 600) -> str:
         """Import an OCI or docker archive into the guest's containerd (``k8s.io`` namespace, what the
         kubelet's pods use; pods then say ``imagePullPolicy: Never``); kept across reboots."""

@@ -13,16 +13,21 @@ fail instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ballast.testing import guest_agent
 from ballast.testing.binaries import MissingPiece, check_available
 from ballast.testing.controlplane import ControlPlane, wait_until
-from ballast.testing.guest import GuestPool, guest_control_plane, require_guests
+from ballast.testing.guest import Guest, GuestPool, guest_control_plane, require_guests
 from ballast.testing.parts import missing_part
 
-KEEP_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease", "default"}
+KEEP_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease", "default", guest_agent.NAMESPACE}
+"""What ``clean_pods`` leaves: the system's namespaces, and the agent's install (slow to start under
+emulation; ``remove_agent`` takes it away)."""
 
 
 @pytest.fixture(scope="session")
@@ -74,3 +79,38 @@ def clean_pods(guest_cp: ControlPlane) -> Iterator[ControlPlane]:
     """The guests' control plane; after the test every pod and test namespace is gone (nodes stay)."""
     yield guest_cp
     delete_pods_everywhere(guest_cp)
+
+
+@pytest.fixture(scope="session")
+def agent_image(guest_cp: ControlPlane) -> Any:
+    """Ballast's image built here from Debian 12's packages with the Dockerfile's layout (cached)."""
+    from ballast.testing import agent_image as image
+
+    try:
+        return image.build()
+    except image.ImageUnavailable as exc:
+        missing_part(str(exc))
+
+
+@pytest.fixture(scope="session")
+def agent_overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("agent-overlay")
+
+
+@pytest.fixture
+def install_agent(guest_cp: ControlPlane, agent_image: Any, agent_overlay: Path) -> Callable[[Guest], Any]:
+    """``install_agent(guest)``: the image in the guest, the shipped agent install applied (kustomize, image
+    replaced), and the agent's pod on the guest ready; returns that pod. The install stays for later tests
+    (``clean_pods`` keeps ``ballast-system``); ``remove_agent`` takes it away."""
+
+    def install(guest: Guest) -> Any:
+        guest.ensure_image(agent_image.archive, agent_image.ref, agent_image.digest)
+        guest_agent.install_agent(guest_cp, agent_overlay, agent_image.ref)
+        return guest_agent.wait_agent_ready(guest_cp, guest.name)
+
+    return install
+
+
+@pytest.fixture
+def remove_agent(guest_cp: ControlPlane, agent_image: Any, agent_overlay: Path) -> Callable[[], None]:
+    return lambda: guest_agent.uninstall_agent(guest_cp, agent_overlay, agent_image.ref)

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from ballast.agent.load.history import measures
 from ballast.contract.pod import parse_pod
 from ballast.extender.numa.crane import numa_request
 from ballast.model.policy import load_policy
@@ -102,3 +103,9 @@ def test_the_configuration_page_gives_the_peak_aware_policy_as_helm_values() -> 
     (values,) = [b for b in blocks if isinstance(b, dict) and set(b) == {"policy"}]
     peak = yaml.safe_load((EXAMPLES / "peak-aware-policy.yaml").read_text())["spec"]
     assert values["policy"] == peak
+
+
+def test_the_agent_measures_every_metric_the_peak_aware_policy_names() -> None:
+    """The example is for clusters that run the agent: a name it does not measure would be left unwritten."""
+    peak = yaml.safe_load((EXAMPLES / "peak-aware-policy.yaml").read_text())["spec"]
+    assert [e["name"] for e in peak["syncPolicy"] if not measures(e["name"])] == []

@@ -108,6 +108,7 @@ class TtrpcConnection:
         self._pending_lock = threading.Lock()
         self._stream_ids = itertools.count(1, 2)  # a caller's streams: odd, increasing
         self._closed = threading.Event()
+        self._finished = threading.Event()  # set once closing is done, ``on_closed`` told
         self.close_reason = ""
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-handler")
         self._reader = threading.Thread(target=self._read_loop, name=f"{name}-reader", daemon=True)
@@ -223,7 +224,8 @@ class TtrpcConnection:
         return self._closed.is_set()
 
     def wait_closed(self, timeout: float | None = None) -> bool:
-        return self._closed.wait(timeout)
+        """Wait until the connection is closed and ``on_closed`` was told."""
+        return self._finished.wait(timeout)
 
     def _close(self, reason: str) -> None:
         with self._pending_lock:
@@ -244,6 +246,7 @@ class TtrpcConnection:
                 self.on_closed(reason)
             except Exception:
                 log.exception("on_closed callback failed")
+        self._finished.set()
 
     def close(self) -> None:
         self._close("closed")

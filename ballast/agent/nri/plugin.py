@@ -203,7 +203,10 @@ class NRIPlugin:
         if conn is None or not self.connected:
             raise ConnectionClosed("the NRI plugin is not registered")
         request = pb.UpdateContainersRequest(update=[_update(cid, cpus) for cid, cpus in cpusets.items()])
-        raw = conn.call(RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), timeout=5.0)
+        # The runtime holds its NRI lock while it applies the update: no longer than its own request timeout.
+        raw = conn.call(
+            RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), timeout=self.request_timeout
+        )
         return [u.container_id for u in pb.UpdateContainersResponse.FromString(raw).failed]
 
     # --- requests from the runtime ------------------------------------------------------------------
@@ -266,8 +269,8 @@ class NRIPlugin:
         if cpus is not None:
             response.adjust.linux.resources.cpu.cpus = str(cpus)
         response.update.extend(_update(cid, c) for cid, c in others.items())
-        log.debug(
-            "NRI create %s/%s %s (%s): cpuset %s, %d others updated",
+        log.info(
+            "NRI CreateContainer %s/%s %s (%s): cpuset %s, %d other containers updated",
             request.pod.namespace,
             request.pod.name,
             name,

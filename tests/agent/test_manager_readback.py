@@ -70,3 +70,33 @@ def test_a_cpuset_changed_behind_the_agents_back_is_repaired_and_counted(tmp_pat
     assert m.reconcile_once().repairs == 0
     (directory / "cpuset.cpus.effective").write_text("0-5\n")
     assert m.reconcile_once().repairs == 1
+
+
+def test_a_container_the_runtime_keeps_failing_is_retried_with_backoff_not_every_pass(tmp_path: Path) -> None:
+    from ballast.agent.cpumanager.runtime import RuntimeCallError
+
+    runtime = MemoryRuntime(fail=lambda ref, cpus: RuntimeCallError("unavailable", "shim not answering"))
+    m = CPUManager(
+        DUAL_SOCKET_HT,
+        CPUSet(),
+        tmp_path / "state",
+        runtime,
+        allowed_schedulers=[SCHEDULER],
+        node_name=NODE,
+        reconcile_period=30.0,
+    )
+    m.on_pods([pod("web", [container("app", "1", "1Gi", request_cpu="500m")])])
+    tries = []
+    for _ in range(4):
+        before = m.metrics.registry.get_sample_value(
+            "ballast_agent_cpuset_updates_total", {"runtime": "memory"}
+        )
+        m.reconcile_once()
+        after = m.metrics.registry.get_sample_value(
+            "ballast_agent_cpuset_updates_total", {"runtime": "memory"}
+        )
+        tries.append(after - (before or 0))
+    assert tries == [1, 1, 0, 0]  # the next pass, then not before one period (30 s here)
+    runtime.fail = None
+    m._backoff.clear()  # the period passed
+    assert m.reconcile_once().updates == 1 and not m._backoff

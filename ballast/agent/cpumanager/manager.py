@@ -16,8 +16,10 @@ One pass:
    gives it) through the runtime when it differs from what was last applied to that container id, or
    from what its cgroup says now (``readback``: the cpuset is read back on every pass, so one changed
    behind the agent's back is repaired and counted as a repair). A new container id (a restart) is
-   applied afresh; after an agent restart everything is. Failures are logged and counted, and retried on
-   the next pass.
+   applied afresh; after an agent restart everything is. Failures are logged and counted, and retried
+   on the next pass, then after one period, two, four, ... up to a minute (a runtime that cannot reach a
+   container's shim holds its NRI lock while it tries: a retry on every pass would keep other containers
+   from starting).
 
 With NRI (``ballast.agent.nri``) the runtime also asks the manager, while it creates a container, which
 cpuset that container gets (``pin_at_creation``): the pod's CPUs are allocated then if the pass has not
@@ -60,6 +62,8 @@ __all__ = ["DEFAULT_RECONCILE_PERIOD", "DEFAULT_STATE_PATH", "CPUManager", "Reco
 log = logging.getLogger("ballast.agent.cpumanager")
 
 DEFAULT_RECONCILE_PERIOD = 5.0
+RETRY_MAX = 60.0
+"""Longest wait before a container whose cpuset the runtime failed to set is tried again."""
 LOOKUP_TTL = 60.0
 """Seconds a container id found through the runtime (not in the pod status) is trusted."""
 
@@ -159,6 +163,7 @@ class CPUManager:
         self._applied: dict[str, CPUSet] = {}
         self._owners: dict[str, tuple[str, str]] = {}  # container id -> (pod UID, container name)
         # reconcile-thread only:
+        self._backoff: dict[str, tuple[int, float]] = {}  # container id -> (failures, next try, monotonic)
         self._looked_up: dict[tuple[str, str, int], tuple[str, float]] = {}
         self._alloc_failed: dict[str, tuple[CPUSet, str]] = {}
 
@@ -401,6 +406,9 @@ class CPUManager:
                 result.unchanged += 1
                 continue
             repair = applied == desired
+            failures, not_before = self._backoff.get(ref.container_id, (0, 0.0))
+            if time.monotonic() < not_before:
+                continue  # a container the runtime failed to update: not retried on every pass
             self.metrics.pinning_requests.labels(self.runtime.name).inc()
             try:
                 self.runtime.set_cpuset(ref, desired)
@@ -409,12 +417,17 @@ class CPUManager:
                 self.metrics.pinning_errors.labels(self.runtime.name, e.reason).inc()
                 with self._state_lock:
                     self._applied.pop(ref.container_id, None)
+                # Each try may hold the runtime busy (its NRI lock while it waits for a stuck shim): back
+                # off after the second failure, doubling from one period up to RETRY_MAX.
+                delay = min(self.reconcile_period * 2 ** (failures - 1), RETRY_MAX) if failures else 0.0
+                self._backoff[ref.container_id] = (failures + 1, time.monotonic() + delay)
                 if e.not_found:
                     for key in [k for k in self._looked_up if k[:2] == (ref.pod_uid, ref.container_name)]:
                         del self._looked_up[key]
                 log.warning("cpuset %s for %s not applied (retried next pass): %s", desired, ref, e)
                 continue
             result.updates += 1
+            self._backoff.pop(ref.container_id, None)
             if repair:
                 result.repairs += 1
                 self.metrics.cpuset_repairs.labels(self.runtime.name).inc()
@@ -424,6 +437,8 @@ class CPUManager:
             log.debug("cpuset of %s set to %s", ref, desired)
         for key in [k for k in self._looked_up if k[0] not in active]:
             del self._looked_up[key]
+        for cid in [cid for cid in self._backoff if cid not in seen]:
+            del self._backoff[cid]
 
     def _pools(
         self, decisions: Mapping[str, ExclusiveDecision], active: Mapping[str, Any]

@@ -67,6 +67,7 @@ BENCHES = (
     Bench("burst_bench", (control_plane,)),
     Bench("mixed_burst"),
     Bench("mixed_cluster_bench", (control_plane,)),
+    Bench("peak_bench", (control_plane,)),
 )
 
 

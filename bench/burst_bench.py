@@ -70,7 +70,7 @@ class Shape:
         cpu_m, mem_b = estimate_usage(pod_info(burst("x")[0]), policy.estimation)
         cpu, mem = cpu_m / CPU_MILLI, mem_b / MEMORY
         total = sum(w for _, w, _, _ in policy.priority_plan)
-        weighted = sum(w * (cpu if r == "cpu" else mem) for _, w, _, r in policy.priority_plan)
+        weighted = sum(w * {"cpu": cpu, "memory": mem}.get(r, 0.0) for _, w, _, r in policy.priority_plan)
         # Every node starts alike on both resources, so the one a pod adds more of dominates from the
         # first pod on: the dominant-resource term D adds that share D times.
         d = policy.dominant_resource_weight
@@ -135,11 +135,12 @@ def main(argv: list[str] | None = None) -> int:
             policies[scoring] = Path(tmp) / f"policy-{scoring}.yaml"
             policies[scoring].write_text(yaml.safe_dump(doc))
         api = Api(cp)
-        names = create_nodes(api, NODES, loads)
+        metrics = load_policy(policy).sync_periods
+        names = create_nodes(api, NODES, loads, metrics)
         for r in range(args.rounds):
             for scoring, bind in results:
                 with ballast(cp, policies[scoring]) as url:
-                    refresh_loads(api, names, loads)
+                    refresh_loads(api, names, loads, metrics)
                     config = scheduler_config(url, bind=bind)
                     _, placed, _ = drain(cp, api, config, burst(f"r{r}-{scoring}-{'b' if bind else 'w'}"))
                 per_node = Counter(placed.values())

@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from typing import Any
 import httpx
 import orjson
 
-from ballast.contract.annotations import CRANE_LOAD_METRICS
+from ballast.contract.annotations import CRANE_LOAD_METRICS, is_pressure_metric
 from ballast.testing.controlplane import ControlPlane, node_body, pod_body, wait_until
 from bench.harness import ballast_cmd, echo_cmd, free_port, granian_cmd, serve_process
 
@@ -65,10 +65,11 @@ def stamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def annotations(usage: float) -> dict[str, str]:
-    """Every policy metric at ``usage``, measured now (fresh for the metric's period + 5m)."""
+def annotations(usage: float, metrics: Iterable[str] = CRANE_LOAD_METRICS) -> dict[str, str]:
+    """Each of ``metrics`` at ``usage``, measured now (fresh for the metric's period + 5m): a steady node,
+    whose percentiles equal its mean. A pressure metric is 0 (a steady node under its CPUs stalls nothing)."""
     now = stamp()
-    return {m: f"{usage:.5f},{now}" for m in CRANE_LOAD_METRICS}
+    return {m: f"{0.0 if is_pressure_metric(m) else usage:.5f},{now}" for m in metrics}
 
 
 def scheduler_config(url: str | None, bind: bool) -> dict[str, Any]:
@@ -127,20 +128,24 @@ class Api:
         return self.get("/api/v1/namespaces/default/pods")["items"]
 
 
-def create_nodes(api: Api, count: int, loads: list[float]) -> list[str]:
+def create_nodes(
+    api: Api, count: int, loads: list[float], metrics: Iterable[str] = CRANE_LOAD_METRICS
+) -> list[str]:
     names = []
     for i in range(count):
-        body = node_body(f"node-{i:03d}", cpu="8", memory="32Gi", annotations=annotations(loads[i]))
+        body = node_body(f"node-{i:03d}", cpu="8", memory="32Gi", annotations=annotations(loads[i], metrics))
         api.post("/api/v1/nodes", body)
         api.patch(f"/api/v1/nodes/{body['metadata']['name']}/status", {"status": body["status"]})
         names.append(body["metadata"]["name"])
     return names
 
 
-def refresh_loads(api: Api, names: list[str], loads: list[float]) -> None:
+def refresh_loads(
+    api: Api, names: list[str], loads: list[float], metrics: Iterable[str] = CRANE_LOAD_METRICS
+) -> None:
     """Fresh timestamps before each run, so no value goes stale during a long bench."""
     for name, usage in zip(names, loads, strict=True):
-        api.patch(f"/api/v1/nodes/{name}", {"metadata": {"annotations": annotations(usage)}})
+        api.patch(f"/api/v1/nodes/{name}", {"metadata": {"annotations": annotations(usage, metrics)}})
 
 
 def clear_pods(api: Api) -> None:

@@ -36,9 +36,9 @@ def test_missing_parts_are_named_and_the_other_benches_run(
     ]
     out = capsys.readouterr().out
     assert "prometheus and promtool not on PATH" in out
-    assert out.count("BALLAST_KUBE_BIN=") == 4  # each bench that needs the control plane says why
-    not_run = "annotator_bench, agent_node_bench, cluster_bench, burst_bench, mixed_cluster_bench"
-    assert f"7 of 12 benches ran; not run: {not_run}" in out
+    assert out.count("BALLAST_KUBE_BIN=") == 5  # each bench that needs the control plane says why
+    not_run = "annotator_bench, agent_node_bench, cluster_bench, burst_bench, mixed_cluster_bench, peak_bench"
+    assert f"7 of 13 benches ran; not run: {not_run}" in out
     assert "Traceback" not in out
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from ballast.contract.pod import parse_pod
 from ballast.extender.numa.crane import numa_request
+from ballast.model.policy import load_policy
 from ballast.testing.parts import ROOT
 
 EXAMPLES = ROOT / "scheduler_config" / "examples"
@@ -62,3 +63,42 @@ def test_images_are_pinned_and_the_readme_names_both_files() -> None:
         assert f"kubectl apply -f scheduler_config/examples/{name}" in readme
         assert f"kubectl delete -f scheduler_config/examples/{name}" in readme
         assert doc["metadata"]["name"] in readme
+
+
+def _entries(spec: dict[str, Any], section: str) -> dict[str, dict[str, Any]]:
+    return {item["name"]: item for item in spec[section]}
+
+
+def test_the_peak_aware_policy_is_the_shipped_policy_plus_a_peak_and_a_pressure_term() -> None:
+    """Everything crane's policy says stays as it says it; the example adds a percentile to the ranking and
+    a pressure limit to the filter, and nothing else. The estimates of a placed pod go to the percentile
+    (it is CPU in use) and never to the pressure metric."""
+    shipped = yaml.safe_load((ROOT / "scheduler_config" / "policy.yaml").read_text())["spec"]
+    peak = yaml.safe_load((EXAMPLES / "peak-aware-policy.yaml").read_text())["spec"]
+    for section in ("syncPolicy", "predicate", "priority"):
+        ours, theirs = _entries(peak, section), _entries(shipped, section)
+        assert {name: ours[name] for name in theirs} == theirs, section
+    assert set(_entries(peak, "syncPolicy")) - set(_entries(shipped, "syncPolicy")) == {
+        "cpu_usage_p95_5m",
+        "cpu_pressure_some_avg_5m",
+    }
+    assert set(_entries(peak, "predicate")) - set(_entries(shipped, "predicate")) == {
+        "cpu_pressure_some_avg_5m"
+    }
+    assert set(_entries(peak, "priority")) - set(_entries(shipped, "priority")) == {"cpu_usage_p95_5m"}
+    assert {k: v for k, v in peak.items() if k not in ("syncPolicy", "predicate", "priority")} == {
+        k: v for k, v in shipped.items() if k not in ("syncPolicy", "predicate", "priority")
+    }
+    policy = load_policy(EXAMPLES / "peak-aware-policy.yaml")
+    assert policy.resource_of("cpu_usage_p95_5m") == "cpu"
+    assert policy.resource_of("cpu_pressure_some_avg_5m") is None
+
+
+def test_the_configuration_page_gives_the_peak_aware_policy_as_helm_values() -> None:
+    """The Helm values in docs/configuration.md are the example's spec, so an operator installing with Helm
+    gets the policy the bench measured."""
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", page, re.S)]
+    (values,) = [b for b in blocks if isinstance(b, dict) and set(b) == {"policy"}]
+    peak = yaml.safe_load((EXAMPLES / "peak-aware-policy.yaml").read_text())["spec"]
+    assert values["policy"] == peak

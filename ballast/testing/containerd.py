@@ -410,13 +410,21 @@ class PrivateContainerd:
         busybox = Path(shutil.which("busybox") or "/bin/busybox")
         tarball = self.base / "busybox-oci.tar"
         tarball.write_bytes(build_busybox_image(busybox, [IMAGE, SANDBOX_IMAGE]))
-        done = subprocess.run(
-            ["ctr", "--address", str(self.socket), "-n", "k8s.io", "images", "import", str(tarball)],
+        self.import_image(tarball)
+
+    def ctr(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """``ctr`` against this containerd, in the CRI's namespace ``k8s.io`` (not checked)."""
+        return subprocess.run(
+            ["ctr", "--address", str(self.socket), "-n", "k8s.io", *args],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=timeout,
             check=False,
         )
+
+    def import_image(self, tarball: Path) -> None:
+        """``ctr images import`` of an image archive (OCI layout or docker-archive) into ``k8s.io``."""
+        done = self.ctr("images", "import", str(tarball), timeout=300)
         if done.returncode != 0:
             raise ContainerdUnavailable(
                 f"ctr images import failed: {done.stderr.strip() or done.stdout.strip()}"

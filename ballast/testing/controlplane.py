@@ -48,6 +48,14 @@ CONTROLLERS = (
 """Every controller but those a cluster without kubelets cannot have (see ../shared/k8s/README.md): node
 lifecycle would taint every node unreachable after 50 s; attach-detach wants kubelet state; the
 OpenShift CA publisher and the TTL annotator only add noise."""
+SERVICE_ACCOUNT_CONTROLLERS = CONTROLLERS.replace(",-service-ca-certificate-publisher-controller", "")
+"""With the ServiceAccount admission plugin on: the ``openshift-service-ca.crt`` ConfigMap the plugin puts in
+every pod's token volume beside ``kube-root-ca.crt`` comes from that publisher (without it no pod starts)."""
+SERVICE_CIDR = "10.96.0.0/24"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+"""The ``kubernetes`` Service's address (the first of ``SERVICE_CIDR``): a pod reaches the API server there
+(on guest nodes, ``ballast.testing.guest``, through the DNAT a kube-proxy would do), so the serving
+certificate names it."""
 READY_TIMEOUT = float(os.environ.get("BALLAST_KUBE_READY_TIMEOUT", "120"))
 """Seconds to wait for each server: ~5 s alone, much longer on two cores shared with other work."""
 
@@ -159,14 +167,18 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def make_certs(pki: Path) -> None:
-    """A throwaway CA, a serving cert for 127.0.0.1, an admin client cert (O=system:masters), an SA key."""
+    """A throwaway CA, a serving cert for 127.0.0.1 and the ``kubernetes`` Service's address and names (what
+    a pod verifies), an admin client cert (O=system:masters), an SA key."""
     pki.mkdir(parents=True, exist_ok=True)
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
     # keyUsage on the CA: Python >= 3.13 verifies strictly (VERIFY_X509_STRICT), as a guest's agent does.
     _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
              "-subj", "/CN=ballast-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
              "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=pki)  # fmt: skip
-    (pki / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    (pki / "server.ext").write_text(
+        f"subjectAltName=IP:127.0.0.1,DNS:localhost,IP:{KUBERNETES_SERVICE_IP},DNS:kubernetes,"
+        "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
+    )
     for name, subject, ext in (
         ("server", "/CN=kube-apiserver", ("-extfile", "server.ext")),
         ("admin", "/O=system:masters/CN=ballast-test-admin", ()),
@@ -186,10 +198,16 @@ class ControlPlane:
 
     ``start()`` / ``stop()`` (or use it as a context manager). ``kubeconfig`` is an admin kubeconfig any
     client can use; ``api()`` gives a ``kubernetes`` ApiClient for it.
+
+    ``service_accounts``: the ServiceAccount admission plugin on, so pods get their token volume as on a
+    real cluster (for real kubelets whose pods talk to the API server; the service-account controller of
+    ``start_controller_manager`` makes each namespace's ``default`` account). Off by default: without a
+    controller manager every pod would be refused for want of an account.
     """
 
     workdir: Path | None = None
     keep_workdir: bool = False
+    service_accounts: bool = False
     bin_dir: Path = field(init=False)
     etcd: Server | None = field(default=None, init=False)
     apiserver: Server | None = field(default=None, init=False)
@@ -271,10 +289,11 @@ class ControlPlane:
              "--service-account-key-file", str(pki / "sa.key"),
              "--service-account-signing-key-file", str(pki / "sa.key"),
              "--service-account-issuer", "https://kubernetes.default.svc",
-             "--service-cluster-ip-range", "10.96.0.0/24",
+             "--service-cluster-ip-range", SERVICE_CIDR,
              "--authorization-mode", "Node,RBAC",
              "--endpoint-reconciler-type", "none",
-             "--disable-admission-plugins", "ServiceAccount,TaintNodesByCondition",
+             "--disable-admission-plugins",
+             "TaintNodesByCondition" if self.service_accounts else "ServiceAccount,TaintNodesByCondition",
              "--cert-dir", str(self.workdir / "apiserver-certs")],
             self.workdir,
         )  # fmt: skip
@@ -373,7 +392,7 @@ class ControlPlane:
              "--bind-address", "127.0.0.1", "--secure-port", "0", "--leader-elect=false",
              "--use-service-account-credentials=false",
              "--service-account-private-key-file", str(pki / "sa.key"), "--root-ca-file", str(pki / "ca.crt"),
-             "--controllers", CONTROLLERS],
+             "--controllers", SERVICE_ACCOUNT_CONTROLLERS if self.service_accounts else CONTROLLERS],
             self.workdir,
         )  # fmt: skip
 

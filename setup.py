@@ -1,7 +1,8 @@
 """Build hook only: all metadata is in pyproject.toml.
 
 ``build_py`` also generates the CRI gRPC stubs (``ballast/agent/cri/api_pb2.py``, ``api_pb2_grpc.py``) from
-``ballast/agent/cri/api.proto`` with ``grpc_tools.protoc`` into the build directory, so wheels ship them and
+``ballast/agent/cri/api.proto``, and the NRI plugin's messages (``ballast/agent/nri/nri_pb2.py``) from
+``ballast/agent/nri/nri.proto``, with ``grpc_tools.protoc`` into the build directory, so wheels ship them and
 an
 installed agent needs neither grpcio-tools nor write access anywhere. Editable installs skip this: there
 the stubs are generated into a cache directory at first import (see ``ballast/agent/cri/_stubs.py``).
@@ -34,8 +35,9 @@ class BuildPyWithCRIStubs(build_py):
         if getattr(self, "editable_mode", False):
             return
         stubs = _stubs_module()
-        for path in stubs.generate(stubs.PROTO, ROOT, Path(self.build_lib)):
-            self.announce(f"generated {path}", level=2)
+        for proto, grpc in stubs.PROTOS:
+            for path in stubs.generate(proto, ROOT, Path(self.build_lib), grpc=grpc):
+                self.announce(f"generated {path}", level=2)
 
 
 setup(cmdclass={"build_py": BuildPyWithCRIStubs})

@@ -236,6 +236,7 @@ def test_the_agent_gets_its_host_paths_and_nothing_else() -> None:
         "/sys/fs/cgroup": "Directory",
         "/var/lib/kubelet/config.yaml": "File",
         "/run/containerd/containerd.sock": "Socket",
+        "/var/run/nri": "DirectoryOrCreate",
         "/var/lib/ballast": "DirectoryOrCreate",
     }
     mounts = {host[m["name"]]["path"]: m for m in c["volumeMounts"] if m["name"] in host}
@@ -249,6 +250,7 @@ def test_the_agent_gets_its_host_paths_and_nothing_else() -> None:
     assert args.report_load and args.policy == Path("/etc/ballast/policy.yaml")
     assert mounts["/var/lib/kubelet/config.yaml"]["mountPath"] == str(args.kubelet_config)
     assert args.cri_endpoint == "unix://" + mounts["/run/containerd/containerd.sock"]["mountPath"]
+    assert args.nri == "auto" and args.nri_socket == mounts["/var/run/nri"]["mountPath"] + "/nri.sock"
     assert args.cpu_state_file.parent == Path(mounts["/var/lib/ballast"]["mountPath"])
     assert not args.kubelet_configz
     sc = c["securityContext"]

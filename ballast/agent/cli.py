@@ -110,7 +110,8 @@ def add_flags(agent: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("/sys/fs/cgroup"),
         metavar="DIR",
-        help="the host's cgroup tree (v1 or v2, mounted read-only) the pod cgroups are read from",
+        help="the host's cgroup tree (v1 or v2) the pod cgroups are read from: the load, and each "
+        "container's cpuset, which the CPU manager reads back on every reconcile",
     )
     load.add_argument(
         "--policy",
@@ -133,6 +134,19 @@ def add_flags(agent: argparse.ArgumentParser) -> None:
         default="unix:///run/containerd/containerd.sock",
         metavar="URL",
         help="CRI runtime socket for cpuset updates (containerd's; CRI-O: unix:///var/run/crio/crio.sock)",
+    )
+    cpu.add_argument(
+        "--nri",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: where the runtime's NRI socket (--nri-socket) exists, register as an NRI plugin so that "
+        "containers are created on their cpuset; off: cpusets only by the CRI reconcile, after creation",
+    )
+    cpu.add_argument(
+        "--nri-socket",
+        default="/var/run/nri/nri.sock",
+        metavar="PATH",
+        help="the runtime's NRI socket (containerd >= 1.7 with NRI enabled, CRI-O >= 1.26)",
     )
     cpu.add_argument(
         "--cpu-state-file",

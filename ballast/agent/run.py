@@ -9,6 +9,10 @@ labels change, and again. Shutdown stops the watches, the CPU manager and the en
 The CPU manager (``ballast.agent.cpumanager.manager.CPUManager``) runs only while the published NRT says
 ``cpuManagerPolicy: Static`` (not when the kubelet's own static manager pins CPUs, nor with
 ``--cpu-manager=off``), and restarts when the kubelet's reserved CPUs change. See ``CPUManagerSupervisor``.
+Where the runtime offers NRI (``--nri-socket`` exists, ``--nri auto``) the manager also runs as an NRI
+plugin: containers are created on their cpuset (``ballast.agent.nri``); elsewhere the CRI reconcile alone
+sets cpusets, after creation. The mode is logged, exported (``ballast_agent_pinning_mode``) and in
+``/readyz``'s answer.
 """
 
 from __future__ import annotations
@@ -67,13 +71,15 @@ NODE_NAME_MISSING = (
 # --- readiness -----------------------------------------------------------------------------------------
 
 
-def published_probe(published: threading.Event) -> Probe:
-    """``/readyz`` of the agent: ready once the NodeResourceTopology was published."""
+def published_probe(published: threading.Event, detail: Callable[[], str] | None = None) -> Probe:
+    """``/readyz`` of the agent: ready once the NodeResourceTopology was published; ``detail`` (how CPUs
+    are pinned) follows the answer."""
 
     def ready() -> tuple[bool, str]:
+        more = f"; {text}" if detail is not None and (text := detail()) else ""
         if published.is_set():
-            return True, "ok"
-        return False, "not ready: the NodeResourceTopology was not published yet"
+            return True, "ok" + more
+        return False, "not ready: the NodeResourceTopology was not published yet" + more
 
     return ready
 
@@ -82,22 +88,32 @@ def published_probe(published: threading.Event) -> Probe:
 
 
 class RunningManager:
-    """One started CPU manager: the manager, its pod watch, its loop thread."""
+    """One started CPU manager: the manager, its pod watch, its loop thread, and its NRI plugin's thread
+    when it has one."""
 
-    def __init__(self, manager: Any, reflector: Any, reserved: CPUSet) -> None:
+    def __init__(self, manager: Any, reflector: Any, reserved: CPUSet, plugin: Any = None) -> None:
         self.manager = manager
         self.reflector = reflector
         self.reserved = reserved
+        self.plugin = plugin
         self.stop_event = threading.Event()
         self.thread = threading.Thread(
             target=manager.run, args=(self.stop_event,), name="cpu-manager", daemon=True
         )
         reflector.start()
         self.thread.start()
+        self.plugin_thread: threading.Thread | None = None
+        if plugin is not None:
+            self.plugin_thread = threading.Thread(
+                target=plugin.run, args=(self.stop_event,), name="nri-plugin", daemon=True
+            )
+            self.plugin_thread.start()
 
     def stop(self) -> None:
         self.stop_event.set()
         self.reflector.stop()
+        if self.plugin_thread is not None:
+            self.plugin_thread.join(5)
         self.thread.join(10)
         self.manager.close()
 
@@ -156,6 +172,17 @@ class CPUManagerSupervisor:
     def close(self) -> None:
         self._stop()
 
+    def pinning(self) -> str:
+        """How containers get their cpusets now, for ``/readyz``: ``pinning: nri (containerd 1.7.24)``,
+        ``pinning: cri``; empty while no manager runs."""
+        running = self.running
+        if running is None:
+            return ""
+        plugin = running.plugin
+        if plugin is not None and plugin.connected:
+            return f"pinning: nri ({plugin.runtime})" if plugin.runtime else "pinning: nri"
+        return "pinning: cri"
+
     def held(self) -> dict[str, HeldCPUs] | None:
         """The running manager's pinned CPUs per pod UID (``CPUManager.held``); ``None`` while none runs,
         which the crane NRT tells apart from "nothing pinned"."""
@@ -171,9 +198,11 @@ def cpu_manager_factory(
     registry: CollectorRegistry,
     runtime_factory: Callable[[], Any] | None = None,
     pod_watch: NodePodWatch | None = None,
+    layout: Callable[[], CgroupLayout | None] | None = None,
 ) -> ManagerFactory:
     """Build CPU managers from the command line; ``runtime_factory`` replaces the CRI runtime (tests);
-    ``pod_watch`` is the agent's shared watch on the node's pods (without it each manager has its own)."""
+    ``pod_watch`` is the agent's shared watch on the node's pods (without it each manager has its own);
+    ``layout`` says where the kubelet puts pod cgroups, for reading cpusets back (``None``: not read)."""
     metrics: Any = None
 
     def start(reserved: CPUSet) -> RunningManager:
@@ -186,6 +215,11 @@ def cpu_manager_factory(
         if metrics is None:  # registered once: a restarted manager keeps counting in the same series
             metrics = CPUManagerMetrics(registry)
         runtime = runtime_factory() if runtime_factory is not None else CRIRuntime(args.cri_endpoint)
+        plugin = _nri_plugin(args, metrics)
+        if plugin is not None:
+            from ballast.agent.nri.runtime import NRIRuntime
+
+            runtime = NRIRuntime(plugin, runtime)
         try:
             manager = CPUManager(
                 topology,
@@ -198,18 +232,62 @@ def cpu_manager_factory(
                 reconcile_period=args.cpu_manager_reconcile_period,
                 metrics=metrics,
                 result_key=getattr(args, "result_key", None),
+                readback=_cpuset_reader(args, layout() if layout is not None else None),
             )
         except BaseException:
             runtime.close()
             raise
+        if plugin is not None:
+            plugin.pinner = manager
         pods = (
             pod_watch.subscribe(manager)
             if pod_watch is not None
             else manager.pod_reflector(kube, resync_seconds=POD_RELIST_SECONDS)
         )
-        return RunningManager(manager, pods, reserved)
+        return RunningManager(manager, pods, reserved, plugin)
 
     return start
+
+
+def _nri_plugin(args: argparse.Namespace, metrics: Any) -> Any:
+    """The NRI plugin when the runtime offers NRI (``--nri auto`` and the socket exists), else ``None``;
+    says which mode the agent pins in (log, ``ballast_agent_pinning_mode``)."""
+    socket_path = getattr(args, "nri_socket", "/var/run/nri/nri.sock")
+    mode = getattr(args, "nri", "off")
+    from ballast.agent.nri.plugin import NRIPlugin, socket_present
+
+    def set_mode(nri: bool, detail: str = "") -> None:
+        metrics.pinning_mode.labels("nri").set(1 if nri else 0)
+        metrics.pinning_mode.labels("cri").set(0 if nri else 1)
+
+    if mode == "off" or not socket_present(socket_path):
+        why = "--nri off" if mode == "off" else f"no NRI socket at {socket_path} (containerd < 1.7, NRI off)"
+        log.info("pinning mode cri: %s; containers get their cpuset by reconcile, after creation", why)
+        set_mode(False)
+        return None
+    log.info("pinning mode nri: registering with %s; the CRI reconcile keeps repairing", socket_path)
+    set_mode(False)  # until registered
+
+    def observe(method: str, seconds: float) -> None:
+        metrics.nri_requests.labels(method).observe(seconds)
+
+    return NRIPlugin(socket_path, observe=observe, on_state=set_mode)
+
+
+def _cpuset_reader(args: argparse.Namespace, layout: CgroupLayout | None) -> Any:
+    """Reads each container's cpuset back from its cgroup (``--cgroup-root``), or ``None`` when the
+    kubelet's cgroup layout is unknown or has no pod cgroups."""
+    if layout is None or not layout.per_qos:
+        log.warning("the kubelet's cgroup layout is unknown: cpusets are not read back")
+        return None
+    from ballast.agent.cpumanager.runtime import CgroupfsRuntime
+
+    root = getattr(args, "cgroup_root", "/sys/fs/cgroup")
+    try:
+        return CgroupfsRuntime(root, driver=layout.driver, cgroup_root=layout.root)  # type: ignore[arg-type]
+    except (OSError, ValueError) as e:
+        log.warning("cpusets are not read back: %s", e)
+        return None
 
 
 # --- main loop ----------------------------------------------------------------------------------------
@@ -330,7 +408,16 @@ def _serve(
         kube, node_name, resync_seconds=POD_RELIST_SECONDS, stall_seconds=args.watch_stall_timeout
     )
     factory = (
-        cpu_manager_factory(args, kube, topology, node_name, registry, runtime_factory, pod_watch)
+        cpu_manager_factory(
+            args,
+            kube,
+            topology,
+            node_name,
+            registry,
+            runtime_factory,
+            pod_watch,
+            lambda: _kubelet_layout(source),
+        )
         if enabled
         else None
     )
@@ -349,7 +436,9 @@ def _serve(
     )
     log.info("publishing NodeResourceTopology: %s", ", ".join(sorted(args.publish)))
     try:
-        server = serve_health(args, registry, name="agent-health", ready=published_probe(publisher.ready))
+        server = serve_health(
+            args, registry, name="agent-health", ready=published_probe(publisher.ready, supervisor.pinning)
+        )
     except HealthFailed:
         kube.close()
         return 1

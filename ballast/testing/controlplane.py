@@ -171,8 +171,10 @@ def make_certs(pki: Path) -> None:
     a pod verifies), an admin client cert (O=system:masters), an SA key."""
     pki.mkdir(parents=True, exist_ok=True)
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    # keyUsage on the CA: Python >= 3.13 verifies strictly (VERIFY_X509_STRICT), as a guest's agent does.
     _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-             "-subj", "/CN=ballast-test-ca", cwd=pki)  # fmt: skip
+             "-subj", "/CN=ballast-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=pki)  # fmt: skip
     (pki / "server.ext").write_text(
         f"subjectAltName=IP:127.0.0.1,DNS:localhost,IP:{KUBERNETES_SERVICE_IP},DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"

@@ -236,6 +236,42 @@ def test_a_guaranteed_pod_runs_on_its_own_cpus_through_restarts_and_gives_them_b
         delete_pods(core, names)
 
 
+def test_a_cpuset_changed_behind_the_agents_back_is_read_back_repaired_and_counted(
+    rig: dict[str, Any],
+) -> None:
+    """The host's nodes have no NRI (containerd 1.6): the CRI reconcile reads every container's cpuset from
+    its cgroup (v1 here) and sets again what differs; the window is one reconcile period at most."""
+    core = rig["ext"].cp.core()
+    node: RealNode = rig["node"]
+    agent: NodeAgent = rig["agent"]
+    names = ["meddled", "owner"]
+    core.create_namespaced_pod("default", busybox_pod("meddled", "exec sleep 3600", node=node.name))
+    core.create_namespaced_pod("default", guaranteed("owner"))
+    try:
+        wait_running(core, names)
+        mine = exclusive_of(wait_pinned(rig, {"owner": 1}, "pinned before the meddling"), "owner")
+        before = agent.metric("ballast_agent_cpuset_repairs_total", runtime="cri")
+        pod = core.read_namespaced_pod("meddled", "default")
+        cid = pod.status.container_statuses[0].container_id.rpartition("/")[2]
+        base = Path("/sys/fs/cgroup/cpuset") / node.root.strip("/")
+        (path,) = base.glob(f"kubepods/**/pod{pod.metadata.uid}/{cid}/cpuset.cpus")
+        path.write_text(str(ALL))  # someone else's write: the shared container on the exclusive CPU too
+        written = time.monotonic()
+        assert allowed(node, core)["meddled/c"] == ALL
+        state = wait_pinned(rig, {"owner": 1}, "the meddled cpuset repaired")
+        took = time.monotonic() - written
+        assert state["meddled/c"] == ALL - mine and CPUSet.parse(path.read_text().strip()) == ALL - mine
+        wait_until(
+            lambda: agent.metric("ballast_agent_cpuset_repairs_total", runtime="cri") >= before + 1,
+            agent.server,
+            "the repair counted",
+            10,
+        )
+        print(f"repaired {took:.2f}s after the write (reconcile period 1s)")
+    finally:
+        delete_pods(core, names)
+
+
 def test_kubelet_and_containerd_restarts_leave_no_container_on_the_wrong_cpus(rig: dict[str, Any]) -> None:
     core = rig["ext"].cp.core()
     node: RealNode = rig["node"]

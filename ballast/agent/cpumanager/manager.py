@@ -13,9 +13,19 @@ One pass:
 3. Pods that pin CPUs (exclusive, immovable) and have none yet get them, oldest pod first. A pod whose
    CPUs are not free stays on the shared pool; it is retried when the allocatable CPUs change.
 4. Every running container gets its desired cpuset (its assignment, else the pool its pod's policy
-   gives it) through the runtime, only when it differs from what was last applied to that container
-   id. A new container id (a restart) is applied afresh; after an agent restart everything is.
-   Failures are logged and counted, and retried on the next pass.
+   gives it) through the runtime when it differs from what was last applied to that container id, or
+   from what its cgroup says now (``readback``: the cpuset is read back on every pass, so one changed
+   behind the agent's back is repaired and counted as a repair). A new container id (a restart) is
+   applied afresh; after an agent restart everything is. Failures are logged and counted, and retried
+   on the next pass, then after one period, two, four, ... up to a minute (a runtime that cannot reach a
+   container's shim holds its NRI lock while it tries: a retry on every pass would keep other containers
+   from starting).
+
+With NRI (``ballast.agent.nri``) the runtime also asks the manager, while it creates a container, which
+cpuset that container gets (``pin_at_creation``): the pod's CPUs are allocated then if the pass has not
+done it yet, and the other containers whose cpuset that changes are named, for the runtime to update
+before the new container starts. The state is guarded by one lock that is never held during a runtime
+call: the runtime may be waiting for the manager's answer to its own question.
 
 A pod's policy and topology result are read again on every event until the pod has CPUs assigned, so
 an annotation that arrives after the pod (crane's informer missed those) is honoured. Once CPUs are
@@ -39,7 +49,7 @@ from typing import Any
 
 from ballast.agent.cpumanager.metrics import CPUManagerMetrics
 from ballast.agent.cpumanager.policy_static import AllocationError, StaticPolicy
-from ballast.agent.cpumanager.runtime import ContainerRef, ContainerRuntime, RuntimeCallError
+from ballast.agent.cpumanager.runtime import ContainerRef, ContainerRuntime, CpusetReader, RuntimeCallError
 from ballast.agent.cpumanager.state import HeldCPUs, StateReader
 from ballast.agent.cpumanager.state_checkpoint import DEFAULT_STATE_PATH, CheckpointState, StateWriteError
 from ballast.agent.cpuset import CPUSet
@@ -52,6 +62,8 @@ __all__ = ["DEFAULT_RECONCILE_PERIOD", "DEFAULT_STATE_PATH", "CPUManager", "Reco
 log = logging.getLogger("ballast.agent.cpumanager")
 
 DEFAULT_RECONCILE_PERIOD = 5.0
+RETRY_MAX = 60.0
+"""Longest wait before a container whose cpuset the runtime failed to set is tried again."""
 LOOKUP_TTL = 60.0
 """Seconds a container id found through the runtime (not in the pod status) is trusted."""
 
@@ -68,6 +80,9 @@ class ReconcileResult:
     updates: int = 0
     update_errors: int = 0
     unchanged: int = 0
+    repairs: int = 0
+    """Containers whose cgroup cpuset differed from what was last applied (changed behind the agent's
+    back, or an update that did not land): set again."""
     duration: float = 0.0
 
 
@@ -90,12 +105,17 @@ class CPUManager:
         reconcile_period: float = DEFAULT_RECONCILE_PERIOD,
         metrics: CPUManagerMetrics | None = None,
         result_key: bytes | None = None,
+        readback: CpusetReader | None = None,
+        pod_wait: float = 1.0,
     ) -> None:
         """``state_path``: the checkpoint (``ballast.agent.cpumanager.state_checkpoint.DEFAULT_STATE_PATH``
         on a node);
         ``runtime``: where cpusets go (``CRIRuntime`` on a node); ``allowed_schedulers``: the
         ``spec.schedulerName`` values whose topology results are trusted; ``default_policy``: for pods
-        without a valid cpu-policy annotation; ``node_name``: pods of other nodes are ignored."""
+        without a valid cpu-policy annotation; ``node_name``: pods of other nodes are ignored;
+        ``readback``: reads a container's cpuset from its cgroup (``CgroupCpusetReader``), ``None`` trusts
+        what was applied; ``pod_wait``: how long ``pin_at_creation`` waits for the pod watch to name a pod
+        the runtime creates a container for."""
         if runtime is None:
             raise ValueError(
                 "CPUManager needs a runtime (ballast.agent.cpumanager.runtime.CRIRuntime for a real node)"
@@ -109,6 +129,8 @@ class CPUManager:
         self.runtime = runtime
         self.reconcile_period = reconcile_period
         self.metrics = metrics or CPUManagerMetrics()
+        self.readback = readback
+        self.pod_wait = pod_wait
         self.policy = StaticPolicy(
             topology,
             reserved,
@@ -135,8 +157,13 @@ class CPUManager:
         self._decisions: dict[str, ExclusiveDecision] = {}
         self._frozen: set[str] = set()  # pods with CPUs assigned: their decision no longer changes
         self._synced = False
-        # reconcile-thread only:
+        # The assignments, what was applied and to whom: one lock, never held across a runtime call.
+        self._state_lock = threading.RLock()
+        self._generation = 0  # bumped whenever the assignments change: a plan made before is stale
         self._applied: dict[str, CPUSet] = {}
+        self._owners: dict[str, tuple[str, str]] = {}  # container id -> (pod UID, container name)
+        # reconcile-thread only:
+        self._backoff: dict[str, tuple[int, float]] = {}  # container id -> (failures, next try, monotonic)
         self._looked_up: dict[tuple[str, str, int], tuple[str, float]] = {}
         self._alloc_failed: dict[str, tuple[CPUSet, str]] = {}
 
@@ -226,23 +253,30 @@ class CPUManager:
 
         # One checkpoint write for all releases and allocations of the pass, saved before any cpuset
         # is applied: a crash after pinning never loses the assignments behind it.
-        try:
-            with state.batch():
-                self._release_gone(active, result)
-                self._allocate_new(active, decisions, result)
-        except StateWriteError as e:
-            self._write_failed(e)
-        with self._lock:
-            self._frozen = set(state.get_assignments())
-        self._apply_cpusets(active, decisions, result)
-
-        if state.dirty:
+        with self._state_lock:
             try:
-                state.flush()
+                with state.batch():
+                    self._release_gone(active, result)
+                    self._allocate_new(active, decisions, result)
             except StateWriteError as e:
                 self._write_failed(e)
-        self._update_gauges(decisions)
+            if result.allocated or result.released:
+                self._generation += 1
+            self._refreeze()
+        self._apply_cpusets(active, decisions, result)
+
+        with self._state_lock:
+            if state.dirty:
+                try:
+                    state.flush()
+                except StateWriteError as e:
+                    self._write_failed(e)
+            self._update_gauges(decisions)
         return result
+
+    def _refreeze(self) -> None:
+        with self._lock:
+            self._frozen = set(self._state.get_assignments())
 
     def _release_gone(self, active: Mapping[str, KubeletPod], result: ReconcileResult) -> None:
         for uid in [uid for uid in self._state.get_assignments() if uid not in active]:
@@ -319,16 +353,8 @@ class CPUManager:
         decisions: Mapping[str, ExclusiveDecision],
         result: ReconcileResult,
     ) -> None:
-        state = self._state
-        policy = self.policy
-        immovable = [
-            uid
-            for uid, d in decisions.items()
-            if d.mode is CPUPolicy.IMMOVABLE and uid in active and state.has_pod(uid)
-        ]
-        shared = policy.shared_pool(state, immovable)
-        numa_pools: dict[tuple[int, ...], CPUSet] = {}
-        seen: set[str] = set()
+        # 1. Which containers run (ids looked up through the runtime when the status lacks them): no lock.
+        running: list[tuple[KubeletPod, ExclusiveDecision, str, ContainerRef]] = []
         for pod in active.values():
             decision = decisions.get(pod.uid)
             if decision is None:
@@ -352,30 +378,163 @@ class CPUManager:
                     ref = self._look_up(ref, status.restart_count if status is not None else 0)
                     if ref is None:
                         continue
-                seen.add(ref.container_id)
-                desired = policy.desired_cpuset(state, pod, decision, container.name, shared, numa_pools)
-                if self._applied.get(ref.container_id) == desired:
-                    result.unchanged += 1
-                    continue
-                self.metrics.pinning_requests.labels(self.runtime.name).inc()
-                try:
-                    self.runtime.set_cpuset(ref, desired)
-                except RuntimeCallError as e:
-                    result.update_errors += 1
-                    self.metrics.pinning_errors.labels(self.runtime.name, e.reason).inc()
+                running.append((pod, decision, container.name, ref))
+        # 2. What each should have, from one consistent state.
+        with self._state_lock:
+            generation = self._generation
+            pools = self._pools(decisions, active)
+            plan = [
+                (ref, self.policy.desired_cpuset(self._state, pod, decision, name, *pools))
+                for pod, decision, name, ref in running
+            ]
+            seen = {ref.container_id for ref, _ in plan}
+            for cid in [cid for cid in self._applied if cid not in seen]:
+                del self._applied[cid]
+                self._owners.pop(cid, None)
+            for ref, _ in plan:
+                self._owners[ref.container_id] = (ref.pod_uid, ref.container_name)
+        # 3. Read back, and apply what differs. A plan made before the assignments changed (the runtime
+        # asked ``pin_at_creation`` meanwhile) is dropped: the next pass, at once, makes a new one.
+        for ref, desired in plan:
+            with self._state_lock:
+                if self._generation != generation:
+                    self._wake.set()
+                    return
+                applied = self._applied.get(ref.container_id)
+            actual = self._read_back(ref) if applied == desired else None
+            if applied == desired and (actual is None or actual == desired):
+                result.unchanged += 1
+                continue
+            repair = applied == desired
+            failures, not_before = self._backoff.get(ref.container_id, (0, 0.0))
+            if time.monotonic() < not_before:
+                continue  # a container the runtime failed to update: not retried on every pass
+            self.metrics.pinning_requests.labels(self.runtime.name).inc()
+            try:
+                self.runtime.set_cpuset(ref, desired)
+            except RuntimeCallError as e:
+                result.update_errors += 1
+                self.metrics.pinning_errors.labels(self.runtime.name, e.reason).inc()
+                with self._state_lock:
                     self._applied.pop(ref.container_id, None)
-                    if e.not_found:
-                        for key in [k for k in self._looked_up if k[:2] == (pod.uid, container.name)]:
-                            del self._looked_up[key]
-                    log.warning("cpuset %s for %s not applied (retried next pass): %s", desired, ref, e)
-                    continue
-                result.updates += 1
+                # Each try may hold the runtime busy (its NRI lock while it waits for a stuck shim): back
+                # off after the second failure, doubling from one period up to RETRY_MAX.
+                delay = min(self.reconcile_period * 2 ** (failures - 1), RETRY_MAX) if failures else 0.0
+                self._backoff[ref.container_id] = (failures + 1, time.monotonic() + delay)
+                if e.not_found:
+                    for key in [k for k in self._looked_up if k[:2] == (ref.pod_uid, ref.container_name)]:
+                        del self._looked_up[key]
+                log.warning("cpuset %s for %s not applied (retried next pass): %s", desired, ref, e)
+                continue
+            result.updates += 1
+            self._backoff.pop(ref.container_id, None)
+            if repair:
+                result.repairs += 1
+                self.metrics.cpuset_repairs.labels(self.runtime.name).inc()
+                log.warning("cpuset of %s was %s, not %s: repaired", ref, actual, desired)
+            with self._state_lock:
                 self._applied[ref.container_id] = desired
-                log.debug("cpuset of %s set to %s", ref, desired)
-        for cid in [cid for cid in self._applied if cid not in seen]:
-            del self._applied[cid]
+            log.debug("cpuset of %s set to %s", ref, desired)
         for key in [k for k in self._looked_up if k[0] not in active]:
             del self._looked_up[key]
+        for cid in [cid for cid in self._backoff if cid not in seen]:
+            del self._backoff[cid]
+
+    def _pools(
+        self, decisions: Mapping[str, ExclusiveDecision], active: Mapping[str, Any]
+    ) -> tuple[CPUSet, dict[tuple[int, ...], CPUSet]]:
+        """The shared pool now and an empty NUMA-pool cache (caller holds ``_state_lock``)."""
+        state = self._state
+        immovable = [
+            uid
+            for uid, d in decisions.items()
+            if d.mode is CPUPolicy.IMMOVABLE and uid in active and state.has_pod(uid)
+        ]
+        return self.policy.shared_pool(state, immovable), {}
+
+    def _read_back(self, ref: ContainerRef) -> CPUSet | None:
+        """The container's cpuset as its cgroup says, ``None`` without a reader or when unreadable (a
+        container that just exited, a layout the reader does not know)."""
+        if self.readback is None:
+            return None
+        try:
+            return self.readback.read_cpuset(ref)
+        except RuntimeCallError as e:
+            log.debug("cannot read the cpuset of %s back: %s", ref, e)
+            return None
+
+    # --- NRI: the runtime asks while it creates a container -----------------------------------------
+
+    def pin_at_creation(
+        self, pod_uid: str, container_name: str, container_id: str, *, known_only: bool = False
+    ) -> tuple[CPUSet | None, dict[str, CPUSet]]:
+        """The cpuset container ``container_id`` (``container_name`` of pod ``pod_uid``) must be created
+        with, and the other containers' new cpusets when this changed them (the pod's CPUs were allocated
+        just now): ``(cpus, {container id: cpus})``.
+
+        A pod the watch has not named yet is waited for up to ``pod_wait`` seconds; a pod still unknown
+        then gets its checkpointed CPUs if it holds some, else the shared pool (the next pass pins it).
+        ``known_only`` (the runtime's list of what exists, at registration): no waiting, and ``None`` for
+        such a pod rather than a guess. Never calls the runtime.
+        """
+        deadline = time.monotonic() + (0.0 if known_only else self.pod_wait)
+        while True:
+            with self._lock:
+                pod = self._pods.get(pod_uid)
+                decision = self._decisions.get(pod_uid)
+            if pod is not None or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        allocated = False
+        with self._state_lock:
+            state = self._state
+            if pod is not None and decision is not None and decision.pins and not state.has_pod(pod_uid):
+                result = ReconcileResult()
+                try:
+                    with state.batch():
+                        self._allocate_new({pod_uid: pod}, {pod_uid: decision}, result)
+                except StateWriteError as e:
+                    self._write_failed(e)
+                if result.allocated:
+                    allocated = True
+                    self._generation += 1
+                    self._refreeze()
+            with self._lock:
+                pods = dict(self._pods)
+                decisions = dict(self._decisions)
+            active = {uid: p for uid, p in pods.items() if not p.terminal}
+            shared, numa_pools = self._pools(decisions, active)
+            cpus: CPUSet | None
+            if pod is not None and decision is not None:
+                cpus = self.policy.desired_cpuset(state, pod, decision, container_name, shared, numa_pools)
+            elif (held := state.get_cpuset(pod_uid, container_name)) is not None:
+                cpus = held
+            elif known_only:
+                return None, {}
+            else:
+                cpus = shared
+            updates: dict[str, CPUSet] = {}
+            for cid, (uid, name) in self._owners.items():
+                other, other_decision = pods.get(uid), decisions.get(uid)
+                if cid == container_id or other is None or other_decision is None:
+                    continue
+                want = self.policy.desired_cpuset(state, other, other_decision, name, shared, numa_pools)
+                if self._applied.get(cid) != want:
+                    updates[cid] = want
+                    self._applied[cid] = want  # the runtime applies them; the read-back checks
+            self._applied[container_id] = cpus
+            self._owners[container_id] = (pod_uid, container_name)
+        if allocated:
+            self._wake.set()
+            if self.on_assignments is not None:
+                self.on_assignments()
+        return cpus, updates
+
+    def forget_container(self, container_id: str) -> None:
+        """The runtime removed the container: it needs no cpuset any more."""
+        with self._state_lock:
+            self._applied.pop(container_id, None)
+            self._owners.pop(container_id, None)
 
     def _look_up(self, ref: ContainerRef, restarts: int) -> ContainerRef | None:
         """The container id from the runtime (kubelet labels) when the pod status has none.
@@ -474,7 +633,8 @@ class CPUManager:
 
     def applied(self) -> dict[str, CPUSet]:
         """Container id -> cpuset last applied successfully."""
-        return dict(self._applied)
+        with self._state_lock:
+            return dict(self._applied)
 
     def held(self) -> dict[str, HeldCPUs]:
         """Pod UID -> the CPUs the state assigns it, with its namespace and name: what both NRTs publish

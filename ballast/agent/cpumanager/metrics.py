@@ -26,6 +26,25 @@ class CPUManagerMetrics:
             "runtime",
             "reason",
         )
+        self.cpuset_repairs = m.counter(
+            "cpuset_repairs",
+            "Containers whose cgroup cpuset, read back on a reconcile, differed from what the agent had "
+            "applied (changed behind its back, or an update that did not land), set again, by runtime.",
+            "runtime",
+        )
+        self.pinning_mode = m.gauge(
+            "pinning_mode",
+            "1 for how the agent gives containers their cpusets: nri (at creation, through the runtime's "
+            "NRI plugin socket) or cri (after creation, by reconcile); 0 for the other.",
+            "mode",
+        )
+        self.nri_requests = m.histogram(
+            "nri_request_duration_seconds",
+            "Time the agent's NRI plugin took to answer the runtime, by method (the runtime waits 2s at "
+            "most by default).",
+            "method",
+            buckets=RECONCILE_BUCKETS,
+        )
         self.runtime_retries = m.counter(
             "runtime_call_retries",
             "Runtime calls retried after a transient failure, by method and gRPC code.",

@@ -7,6 +7,9 @@
   runtime, so a later CRI update or container restart reverts it; use it only where CRI cannot be used.
 - ``MemoryRuntime``: an in-process runtime for tests and benchmarks, recording every call.
 
+``CpusetReader`` reads a container's cpuset back from its cgroup; ``CgroupfsRuntime`` is one (its
+``read_cpuset``), whichever runtime writes.
+
 ``set_cpuset`` raises ``RuntimeCallError`` (``reason`` is a short code for metrics; ``not_found`` means
 the container is gone or unknown); the manager logs, counts and retries on its next pass.
 """
@@ -35,6 +38,7 @@ __all__ = [
     "CgroupfsRuntime",
     "ContainerRef",
     "ContainerRuntime",
+    "CpusetReader",
     "MemoryRuntime",
     "RuntimeCallError",
 ]
@@ -105,6 +109,15 @@ class ContainerRuntime(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+
+class CpusetReader(ABC):
+    """Reads what a container's cgroup says its CPUs are."""
+
+    @abstractmethod
+    def read_cpuset(self, ref: ContainerRef) -> CPUSet:
+        """The container's ``cpuset.cpus`` (its effective CPUs when that is empty: cgroup v2's "inherit").
+        Raises ``RuntimeCallError`` (``not-found`` when it has no cgroup, ``io`` when unreadable)."""
 
 
 # --- CRI ----------------------------------------------------------------------------------------------
@@ -188,7 +201,7 @@ _LEAF_SYSTEMD = {
 }
 
 
-class CgroupfsRuntime(ContainerRuntime):
+class CgroupfsRuntime(ContainerRuntime, CpusetReader):
     """Write ``cpuset.cpus`` directly (the fallback to CRI).
 
     ``root`` is what ``/sys/fs/cgroup`` is (tests pass a temporary tree). ``version`` ``"auto"`` reads the
@@ -282,6 +295,20 @@ class CgroupfsRuntime(ContainerRuntime):
             raise RuntimeCallError(
                 "invalid", f"{ref}: wrote {cpus} but {effective_path} says {effective or '(empty)'}"
             )
+
+    def read_cpuset(self, ref: ContainerRef) -> CPUSet:
+        if not ref.container_id:
+            raise RuntimeCallError("invalid", f"{ref}: no container id")
+        directory = self._existing_dir(ref)
+        try:
+            text = (directory / "cpuset.cpus").read_text().strip()
+            if not text:
+                text = (directory / self._effective_name).read_text().strip()
+            return CPUSet.parse(text)
+        except FileNotFoundError:
+            raise RuntimeCallError("not-found", f"{ref}: {directory} is gone") from None
+        except (OSError, CPUSetParseError) as e:
+            raise RuntimeCallError("io", f"{ref}: reading {directory}/cpuset.cpus: {e}") from None
 
     def find_container_id(self, ref: ContainerRef) -> str | None:
         return self.lookup.find_container_id(ref) if self.lookup is not None else None

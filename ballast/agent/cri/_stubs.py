@@ -34,10 +34,14 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["PROTO", "cache_root", "generate", "load"]
+__all__ = ["NRI_PROTO", "PROTO", "PROTOS", "cache_root", "generate", "load", "load_messages"]
 
 PROTO = "ballast/agent/cri/api.proto"
 """The proto's path relative to the source root (the directory that holds ``ballast/``)."""
+NRI_PROTO = "ballast/agent/nri/nri.proto"
+"""The NRI plugin's messages (ttrpc envelope and NRI's api subset): messages only, no gRPC service code."""
+PROTOS: tuple[tuple[str, bool], ...] = ((PROTO, True), (NRI_PROTO, False))
+"""Every proto the build generates, with whether it has gRPC service stubs (``*_pb2_grpc.py``)."""
 
 SOURCE_ROOT = Path(__file__).resolve().parents[3]
 
@@ -46,8 +50,9 @@ class StubGenerationError(RuntimeError):
     """protoc failed; the message carries its output."""
 
 
-def generate(proto: str, include_root: Path, out_dir: Path) -> list[Path]:
-    """Run ``grpc_tools.protoc`` on ``include_root/proto``, writing ``*_pb2.py`` and ``*_pb2_grpc.py``.
+def generate(proto: str, include_root: Path, out_dir: Path, *, grpc: bool = True) -> list[Path]:
+    """Run ``grpc_tools.protoc`` on ``include_root/proto``, writing ``*_pb2.py`` and (``grpc``)
+    ``*_pb2_grpc.py``.
 
     ``proto`` is relative to ``include_root`` and imports are resolved from there, so the generated
     modules import each other by their package path (``ballast.agent.cri.api_pb2``). Returns the files
@@ -62,7 +67,7 @@ def generate(proto: str, include_root: Path, out_dir: Path) -> list[Path]:
         "grpc_tools.protoc",
         f"--proto_path={include_root}",
         f"--python_out={out_dir}",
-        f"--grpc_python_out={out_dir}",
+        *([f"--grpc_python_out={out_dir}"] if grpc else []),
         str(include_root / proto),
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -72,7 +77,7 @@ def generate(proto: str, include_root: Path, out_dir: Path) -> list[Path]:
             f"{(done.stderr or done.stdout).strip()}"
         )
     stem = proto[: -len(".proto")]
-    files = [out_dir / f"{stem}_pb2.py", out_dir / f"{stem}_pb2_grpc.py"]
+    files = [out_dir / f"{stem}_pb2.py", *([out_dir / f"{stem}_pb2_grpc.py"] if grpc else [])]
     missing = [str(f) for f in files if not f.exists()]
     if missing:
         raise StubGenerationError(f"grpc_tools.protoc did not write {missing}")
@@ -111,7 +116,7 @@ def _with_private_fallback(candidates: list[Path]):
     yield private
 
 
-def _generate_cached(proto: str, include_root: Path) -> Path:
+def _generate_cached(proto: str, include_root: Path, *, grpc: bool = True) -> Path:
     """Stubs for ``proto`` in the cache (generated on first use); returns the generated package dir."""
     text = (include_root / proto).read_bytes()
     key = _versions_key(text)
@@ -122,13 +127,14 @@ def _generate_cached(proto: str, include_root: Path) -> Path:
     last_error: OSError | None = None
     for base in _with_private_fallback(candidates):
         target = base / "cri-stubs" / key
-        if (target / rel_dir / f"{Path(proto).stem}_pb2_grpc.py").exists():
+        last = f"{Path(proto).stem}_pb2_grpc.py" if grpc else f"{Path(proto).stem}_pb2.py"
+        if (target / rel_dir / last).exists():
             return target / rel_dir
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             scratch = Path(tempfile.mkdtemp(prefix=".gen-", dir=target.parent))
             try:
-                generate(proto, include_root, scratch)
+                generate(proto, include_root, scratch, grpc=grpc)
                 try:
                     scratch.rename(target)
                 except OSError:
@@ -170,3 +176,27 @@ def load() -> tuple[ModuleType, ModuleType]:
         importlib.import_module("ballast.agent.cri.api_pb2"),
         importlib.import_module("ballast.agent.cri.api_pb2_grpc"),
     )
+
+
+def load_messages(proto: str, package_name: str) -> ModuleType:
+    """The ``*_pb2`` module of a messages-only ``proto`` (``NRI_PROTO``) in the package ``package_name``
+    (``ballast.agent.nri``), generated into the cache when the build did not ship it (case 2)."""
+    module_name = f"{package_name}.{Path(proto).stem}_pb2"
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+    try:
+        import grpc_tools  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            f"the generated {module_name} is not built: install Ballast from a wheel (pip install .), or "
+            "install grpcio-tools so it is generated at first import"
+        ) from None
+    package_dir = _generate_cached(proto, SOURCE_ROOT, grpc=False)
+    package = importlib.import_module(package_name)
+    if str(package_dir) not in package.__path__:
+        package.__path__.append(str(package_dir))
+    importlib.invalidate_caches()
+    return importlib.import_module(module_name)

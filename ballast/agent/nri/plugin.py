@@ -12,8 +12,9 @@ The exchange (containerd/nri ``pkg/api/api.proto``; containerd >= 1.7 with NRI e
    ``more`` is set); the answer updates those whose cpuset is not what the ``Pinner`` wants.
 4. For each container created, ``Plugin.CreateContainer``: the answer adjusts the new container's cpuset
    and updates the others the ``Pinner`` says changed (a pod took exclusive CPUs), before it starts.
-5. Between requests the plugin may call ``Runtime.UpdateContainers`` (``update``): the reconcile's path
-   when CPUs are taken or returned, or a cpuset is repaired.
+5. Between requests the plugin may call ``Runtime.UpdateContainers`` (``update``). The agent does not:
+   containerd's NRI up to nri v0.12.0 can deadlock on it (``ballast.agent.nri.runtime``); its later
+   updates go through CRI.
 
 ``NRIPlugin.run(stop)`` connects, registers and reconnects with backoff when the runtime goes away (a
 containerd restart); ``connected`` says whether it is registered now.

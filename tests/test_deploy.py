@@ -250,7 +250,7 @@ def test_the_agent_gets_its_host_paths_and_nothing_else() -> None:
     assert args.report_load and args.policy == Path("/etc/ballast/policy.yaml")
     assert mounts["/var/lib/kubelet/config.yaml"]["mountPath"] == str(args.kubelet_config)
     assert args.cri_endpoint == "unix://" + mounts["/run/containerd/containerd.sock"]["mountPath"]
-    assert args.nri == "auto" and args.nri_socket == mounts["/var/run/nri"]["mountPath"] + "/nri.sock"
+    assert args.nri == "off" and args.nri_socket == mounts["/var/run/nri"]["mountPath"] + "/nri.sock"
     assert args.cpu_state_file.parent == Path(mounts["/var/lib/ballast"]["mountPath"])
     assert not args.kubelet_configz
     sc = c["securityContext"]

@@ -223,10 +223,22 @@ class Guest:
         self, command: str, *, check: bool = True, timeout: float = 120, input: bytes | None = None
     ) -> str:
         """Run ``command`` (a shell line) as root in the guest; its stdout. ``check``: fail on a non-zero
-        exit, naming the command, its status and stderr."""
-        done = subprocess.run(
-            [*self.ssh_argv(), command], input=input, capture_output=True, timeout=timeout, check=False
-        )
+        exit, naming the command, its status and stderr. A connection that fails before the command ran (a
+        guest too busy to answer ssh's banner in time: under emulation on a loaded machine) is tried again
+        while ``timeout`` lasts."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(deadline - time.monotonic(), 5)
+            done = subprocess.run(
+                [*self.ssh_argv(connect_timeout=min(int(left), 60)), command],
+                input=input,
+                capture_output=True,
+                timeout=left,
+                check=False,
+            )
+            if done.returncode != 255 or not _not_connected(done.stderr) or time.monotonic() >= deadline:
+                break
+            time.sleep(2)
         if check and done.returncode != 0:
             raise RuntimeError(
                 f"in guest {self.name}: {command!r} exited {done.returncode}: "
@@ -321,7 +333,7 @@ class Guest:
         left = max(timeout - (time.monotonic() - started), 10)
         wait_until(lambda: self.node_ready(boot), None, f"node {self.name} Ready", left)
 
-    def ensure_image(self, archive: Path, ref: str, digest: str, timeout: float = 600) -> bool:
+    def ensure_image(self, archive: Path, ref: str, digest: str, timeout: float = 1800) -> bool:
         """Import ``archive`` unless the guest's containerd has ``ref`` with that manifest ``digest`` already
         (an image stays across reboots); True when it imported."""
         listed = self.ssh(f"ctr -n k8s.io images ls name=={shlex.quote(ref)}", check=False)
@@ -330,7 +342,7 @@ class Guest:
         self.import_image(archive, timeout)
         return True
 
-    def import_image(self, archive: Path, timeout: float = 600) -> str:
+    def import_image(self, archive: Path, timeout: float = 1800) -> str:
         """Import an OCI or docker archive into the guest's containerd (``k8s.io`` namespace, what the
         kubelet's pods use; pods then say ``imagePullPolicy: Never``); kept across reboots."""
         with archive.open("rb") as f:
@@ -367,6 +379,16 @@ class Guest:
             if (pod.get("podRef") or {}).get("uid") == uid:
                 return pod
         return None
+
+
+NOT_CONNECTED = ("connect to host", "banner exchange", "kex_exchange_identification")
+"""ssh's words for a connection that never reached the command (exit status 255 also ends one that broke
+off mid-command, which must not run twice)."""
+
+
+def _not_connected(stderr: bytes) -> bool:
+    text = stderr.decode(errors="replace")
+    return any(words in text for words in NOT_CONNECTED) and "closed by remote host" not in text
 
 
 @dataclass

@@ -151,6 +151,9 @@ class Guest:
     smp: int = 2
     mem: int = 1536
     settings: KubeletSettings = field(default_factory=KubeletSettings)
+    images: tuple[Path, ...] = ()
+    """Image archives unpacked into the guest's containerd when its disk image is built (the recipe's
+    ``IMAGES``: imported on this machine, at its speed, not in the emulated guest)."""
     _ssl: ssl.SSLContext | None = field(default=None, init=False)
 
     @property
@@ -180,6 +183,7 @@ class Guest:
             KUBECTL=str(kubectl_path()),
             SMP=str(self.smp),
             MEM=str(self.mem),
+            IMAGES=" ".join(str(p) for p in self.images),
             **self.settings.env(),
         )
         # Two vCPUs on one host thread: the harness's NAT loads connection tracking, which QEMU 7.2's
@@ -397,6 +401,8 @@ class GuestPool:
     stops them all and removes their Nodes."""
 
     cp: ControlPlane
+    images: tuple[Path, ...] = ()
+    """Image archives every guest starts with (``Guest.images``)."""
     guests: dict[str, Guest] = field(default_factory=dict)
 
     def get(
@@ -411,7 +417,7 @@ class GuestPool:
             del self.guests[name]
             guest = None
         if guest is None:
-            guest = Guest(self.cp, name, smp, mem, settings)
+            guest = Guest(self.cp, name, smp, mem, settings, self.images)
             guest.down()  # what an earlier, interrupted session may have left under this name
             self.guests[name] = guest.up()
         elif guest.settings != settings:

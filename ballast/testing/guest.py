@@ -151,6 +151,9 @@ class Guest:
     smp: int = 2
     mem: int = 1536
     settings: KubeletSettings = field(default_factory=KubeletSettings)
+    images: tuple[Path, ...] = ()
+    """Image archives unpacked into the guest's containerd when its disk image is built (the recipe's
+    ``IMAGES``: imported on this machine, at its speed, not in the emulated guest)."""
     _ssl: ssl.SSLContext | None = field(default=None, init=False)
 
     @property
@@ -180,6 +183,7 @@ class Guest:
             KUBECTL=str(kubectl_path()),
             SMP=str(self.smp),
             MEM=str(self.mem),
+            IMAGES=" ".join(str(p) for p in self.images),
             **self.settings.env(),
         )
         # Two vCPUs on one host thread: the harness's NAT loads connection tracking, which QEMU 7.2's
@@ -223,10 +227,22 @@ class Guest:
         self, command: str, *, check: bool = True, timeout: float = 120, input: bytes | None = None
     ) -> str:
         """Run ``command`` (a shell line) as root in the guest; its stdout. ``check``: fail on a non-zero
-        exit, naming the command, its status and stderr."""
-        done = subprocess.run(
-            [*self.ssh_argv(), command], input=input, capture_output=True, timeout=timeout, check=False
-        )
+        exit, naming the command, its status and stderr. A connection that fails before the command ran (a
+        guest too busy to answer ssh's banner in time: under emulation on a loaded machine) is tried again
+        while ``timeout`` lasts."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(deadline - time.monotonic(), 5)
+            done = subprocess.run(
+                [*self.ssh_argv(connect_timeout=min(int(left), 60)), command],
+                input=input,
+                capture_output=True,
+                timeout=left,
+                check=False,
+            )
+            if done.returncode != 255 or not _not_connected(done.stderr) or time.monotonic() >= deadline:
+                break
+            time.sleep(2)
         if check and done.returncode != 0:
             raise RuntimeError(
                 f"in guest {self.name}: {command!r} exited {done.returncode}: "
@@ -321,7 +337,7 @@ class Guest:
         left = max(timeout - (time.monotonic() - started), 10)
         wait_until(lambda: self.node_ready(boot), None, f"node {self.name} Ready", left)
 
-    def ensure_image(self, archive: Path, ref: str, digest: str, timeout: float = 600) -> bool:
+    def ensure_image(self, archive: Path, ref: str, digest: str, timeout: float = 1800) -> bool:
         """Import ``archive`` unless the guest's containerd has ``ref`` with that manifest ``digest`` already
         (an image stays across reboots); True when it imported."""
         listed = self.ssh(f"ctr -n k8s.io images ls name=={shlex.quote(ref)}", check=False)
@@ -330,7 +346,7 @@ class Guest:
         self.import_image(archive, timeout)
         return True
 
-    def import_image(self, archive: Path, timeout: float = 600) -> str:
+    def import_image(self, archive: Path, timeout: float = 1800) -> str:
         """Import an OCI or docker archive into the guest's containerd (``k8s.io`` namespace, what the
         kubelet's pods use; pods then say ``imagePullPolicy: Never``); kept across reboots."""
         with archive.open("rb") as f:
@@ -369,12 +385,24 @@ class Guest:
         return None
 
 
+NOT_CONNECTED = ("connect to host", "banner exchange", "kex_exchange_identification")
+"""ssh's words for a connection that never reached the command (exit status 255 also ends one that broke
+off mid-command, which must not run twice)."""
+
+
+def _not_connected(stderr: bytes) -> bool:
+    text = stderr.decode(errors="replace")
+    return any(words in text for words in NOT_CONNECTED) and "closed by remote host" not in text
+
+
 @dataclass
 class GuestPool:
     """The session's guests, made on first use and kept (a boot costs about 40 s under emulation); ``close()``
     stops them all and removes their Nodes."""
 
     cp: ControlPlane
+    images: tuple[Path, ...] = ()
+    """Image archives every guest starts with (``Guest.images``)."""
     guests: dict[str, Guest] = field(default_factory=dict)
 
     def get(
@@ -389,7 +417,7 @@ class GuestPool:
             del self.guests[name]
             guest = None
         if guest is None:
-            guest = Guest(self.cp, name, smp, mem, settings)
+            guest = Guest(self.cp, name, smp, mem, settings, self.images)
             guest.down()  # what an earlier, interrupted session may have left under this name
             self.guests[name] = guest.up()
         elif guest.settings != settings:

@@ -124,7 +124,7 @@ def agent_pod(cp: ControlPlane, node: str) -> Any | None:
     return mine[0] if mine else None
 
 
-def wait_agent_ready(cp: ControlPlane, node: str, timeout: float = 600) -> Any:
+def wait_agent_ready(cp: ControlPlane, node: str, timeout: float = 1200) -> Any:
     """Wait until the agent's pod on ``node`` is Running and ready (its /readyz answers); returns it."""
 
     def ready() -> bool:

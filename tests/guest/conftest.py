@@ -43,8 +43,10 @@ def guest_cp() -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
-def guests(guest_cp: ControlPlane) -> Iterator[GuestPool]:
-    pool = GuestPool(guest_cp)
+def guests(guest_cp: ControlPlane, agent_image: Any) -> Iterator[GuestPool]:
+    """The session's guests, each booting with the agent's image in its containerd (unpacked when the disk
+    image is built, on this machine: importing it inside an emulated guest takes minutes)."""
+    pool = GuestPool(guest_cp, images=(agent_image.archive,))
     try:
         yield pool
     finally:

@@ -14,7 +14,7 @@
 # READY_TIMEOUT (s, 900), MAX_GUESTS (2) and MAX_GUEST_MEM (MiB, all guests, 3072): 0 = no limit; the kubelet's
 # first settings: CGROUP_ROOT (/), CPU_MANAGER_POLICY (none; static), RESERVED_CPUS (0, for static), kept in the
 # guest's /etc/kubernetes/kubelet-settings (change it there and restart the kubelet for others); SUITE, KUBELET,
-# KUBECTL, K8S as for build-image.sh (run first; a no-op when the image is up to date).
+# KUBECTL, K8S, IMAGES as for build-image.sh (run first; a no-op when the image is up to date).
 # Writes only $BALLAST_VM_DIR/guests/NODE: disk.qcow2 (overlay on the shared base, kept across guest reboots),
 # seed.tar (the guest's own files), pki/, console.log, qemu.pid, ports, guest.env, boot.txt.
 set -euo pipefail

@@ -88,7 +88,7 @@ def _snapshot(guest: Guest, layout: CgroupLayout, refs: list[PodRef], into: Path
     script += [f"echo '{MARK}proc/{f}'; cat /proc/{f}" for f in PROC_FILES]
     for d in dirs.values():
         script += [f"echo '{MARK}cgroup/{d}/{f}'; cat /sys/fs/cgroup/{d}/{f}" for f in POD_FILES]
-    out = guest.ssh("; ".join(script))
+    out = _ssh(guest, "; ".join(script))
     head, *parts = out.split(MARK)
     for part in parts:
         name, _, text = part.partition("\n")
@@ -97,6 +97,19 @@ def _snapshot(guest: Guest, layout: CgroupLayout, refs: list[PodRef], into: Path
         path.write_text(text)
     (into / "cgroup" / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     return int(float(head.split()[0]) * 1e9)
+
+
+def _ssh(guest: Guest, command: str) -> str:
+    """``guest.ssh``, tried again when the connection itself fails (an emulated guest on a busy machine
+    may take longer than ssh's connect timeout to answer): the figures come from one command either way."""
+    for attempt in range(5):
+        try:
+            return guest.ssh(command)
+        except RuntimeError as e:
+            if "exited 255" not in str(e) or attempt == 4:
+                raise
+            time.sleep(2.0)
+    raise AssertionError("unreachable")
 
 
 def _measure(guest: Guest, refs: list[PodRef], tmp: Path) -> tuple[float, KernelReading]:

@@ -419,7 +419,14 @@ class GuestPool:
         if guest is None:
             guest = Guest(self.cp, name, smp, mem, settings, self.images)
             guest.down()  # what an earlier, interrupted session may have left under this name
-            self.guests[name] = guest.up()
+            try:
+                guest.up()
+            except BaseException:
+                # up-guest.sh leaves QEMU running when the guest is late (no ssh, not Ready in time): a
+                # guest the pool does not hold would outlive the session
+                guest.down()
+                raise
+            self.guests[name] = guest
         elif guest.settings != settings:
             guest.configure_kubelet(settings)
         return guest

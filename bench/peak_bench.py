@@ -104,21 +104,23 @@ def annotations(node: NodeModel, policy: Policy, wall_now: float) -> dict[str, s
     for end in range(-HISTORY_S + SAMPLE_S, 1, SAMPLE_S):
         cpu = statistics.fmean(node.at(t) for t in range(end - SAMPLE_S, end))
         samples.append((end, cpu))
-    out: dict[str, str] = {}
+    # the last report at or before now on each metric's period; metrics reported at one moment share a history
+    due: dict[int, list[str]] = {}
     for metric, period in policy.sync_periods.items():
-        # the last report at or before now on this metric's period
-        report = -int((HISTORY_S + node.report_phase) % period)
-        if is_pressure_metric(metric):
-            out[metric] = format_load(stalled_share(node, report, 300), wall_now + report)
-            continue
+        due.setdefault(-int((HISTORY_S + node.report_phase) % period), []).append(metric)
+    out: dict[str, str] = {}
+    for report, metrics in due.items():
         history = LoadHistory()
         for end, cpu in samples:
             if end > report:
                 break
             history.add_node(wall_now + end, cpu, cpu * CPUS, MEM_RATIO, int(MEM_RATIO * MEMORY))
-        value = history.values(wall_now + report, [metric], SAMPLE_S).get(metric)
-        if value is not None:
-            out[metric] = format_load(value, wall_now + report)
+        values = history.values(wall_now + report, metrics, SAMPLE_S)
+        for metric in metrics:
+            if is_pressure_metric(metric):
+                values[metric] = stalled_share(node, report, 300)
+            if metric in values:
+                out[metric] = format_load(values[metric], wall_now + report)
     return out
 
 
@@ -161,11 +163,8 @@ def run(
     with ballast(cp, policy_path) as url:
         now = time.time()
         for node in nodes:
-            body = node_body(
-                node.name, cpu=str(CPUS), memory="32Gi", annotations=annotations(node, policy, now)
-            )
             api.patch(
-                f"/api/v1/nodes/{node.name}", {"metadata": {"annotations": body["metadata"]["annotations"]}}
+                f"/api/v1/nodes/{node.name}", {"metadata": {"annotations": annotations(node, policy, now)}}
             )
         backlog = [
             pod_body(f"{tag}-{i:03d}", scheduler_name=SCHEDULER, requests={"cpu": "1", "memory": "1Gi"})
